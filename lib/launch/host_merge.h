@@ -1,0 +1,32 @@
+#pragma once
+// Turns host mentions into the list of distinct hosts with their slot counts, in order of
+// first mention. The key of a host is user@host as written.
+//  - Explicit slots add up over repeated mentions ("a slots=2" and "a slots=3": 5 slots).
+//  - A bare mention (slots unset) counts 1, except that a host mentioned exactly once, and
+//    only bare, gets `bare_slots(host)` when that returns a value (its GPU count), else 1.
+//  - max_slots: the smallest one given for the host, if any; a host whose merged slots exceed
+//    it throws InputError naming the origins.
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/launch/host_spec.h"
+
+namespace perseus::launch {
+
+struct Host {
+  std::string user;
+  std::string host;
+  int slots = 1;
+  std::optional<int> max_slots;
+
+  bool operator==(const Host &) const = default;
+};
+
+using BareSlots = std::function<std::optional<int>(const HostSpec &)>;
+
+std::vector<Host> merge_hosts(const std::vector<HostSpec> &mentions, const BareSlots &bare_slots);
+
+}  // namespace perseus::launch

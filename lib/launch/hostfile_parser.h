@@ -1,0 +1,36 @@
+#pragma once
+// Open MPI's hostfile format:
+//
+//   # comment                    (also after an entry: "node1 slots=4  # fast one")
+//   node1 slots=4 max_slots=8    (max-slots and max_slots are both accepted)
+//   alice@10.0.0.2 slots=2
+//   node3                        (bare: slots decided when merging, see host_merge.h)
+//   fe80::1 slots=2              (IPv6 as written; "[fe80::1]" is accepted too)
+//
+// Blank lines are skipped. Counts are integers from 1 to 65536 written in decimal; slots must
+// not exceed max_slots on the same line.
+//
+// Errors throw InputError whose message is exactly three lines, with no trailing newline:
+//   <file>:<line>:<column>: <what is wrong>; <how to fix it>
+//   <the line as written, tabs kept>
+//   <spaces up to the column, then '^'>
+// Columns count from 1. A NUL byte or any other control character except tab is an error at its
+// column; in the echoed line it is shown as '?'.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lib/launch/host_spec.h"
+
+namespace perseus::launch {
+
+// Parses hostfile text. `filename` is used only in messages and in HostSpec::origin
+// ("<filename>:<line>").
+std::vector<HostSpec> parse_hostfile(std::string_view text, const std::string &filename);
+
+// Reads and parses a file. An unreadable file throws InputError naming the path and the
+// system's reason. A file with no entries throws InputError too.
+std::vector<HostSpec> read_hostfile(const std::string &path);
+
+}  // namespace perseus::launch
