@@ -4,7 +4,8 @@
 //
 // Rules:
 //  - Capacity of a host is its slots, or `npernode` when that is set (npernode overrides
-//    slots: "-npernode 8" on a bare hostfile runs 8 per host).
+//    slots: "-npernode 8" on a bare hostfile runs 8 per host); never above its max_slots.
+//    A host with 0 slots takes no rank unless oversubscribed.
 //  - np == 0 means the total capacity.
 //  - MapBy::kSlot fills host 0 up to its capacity, then host 1, ...; MapBy::kNode deals ranks
 //    one per host in turn, skipping hosts that are full.
@@ -12,7 +13,8 @@
 //    (--oversubscribe, more slots); with oversubscribe the extra ranks are dealt one per host in
 //    turn, never beyond a host's max_slots (all hosts at max_slots is an InputError). With
 //    npernode set, np above hosts*npernode is an InputError even with oversubscribe.
-//  - np < 0, npernode < 0, or no hosts: InputError.
+//  - np < 0, npernode < 0, or no hosts: InputError. So is np (given, or the total capacity when
+//    np == 0) above 1048576 ranks, and np == 0 with no capacity at all.
 //  - Hosts that get no rank are left out of the node numbering.
 //  - local_rank orders a host's ranks by global rank. node_rank is the index of the rank's host
 //    among the hosts that got ranks. cross_rank is the index of the rank's host among the hosts

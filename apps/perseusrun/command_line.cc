@@ -1,0 +1,282 @@
+#include "apps/perseusrun/command_line.h"
+
+#include <libssh2.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+#include "lib/launch/errors.h"
+#include "perseus/config.h"
+
+namespace perseus::app {
+
+namespace {
+
+using launch::InputError;
+
+constexpr const char *kExamples = R"(Examples:
+  perseusrun -np 8 -H localhost:8 python train.py
+  perseusrun -np 32 -npernode 8 -hostfile mpi_host.txt ./train.sh
+  perseusrun -allow-run-as-root -bind-to none -np 8 -npernode 8 -x NCCL_DEBUG=INFO -x PATH \
+             -hostfile mpi_host.txt ./train.sh
+  perseusrun -np 4 --output-filename logs -- python -u train.py --epochs 3
+
+Each rank gets the variables of mpirun, torchrun and horovodrun (RANK, LOCAL_RANK,
+OMPI_COMM_WORLD_RANK, HOROVOD_RANK, MASTER_ADDR, ...), and its output lines are tagged
+"[1,<rank>]<stdout>:". Exit codes: 0 success, 1 launch failure, 2 usage error, 124 --timeout,
+126/127 program not executable/not found, else the failing rank's code or 128+signal.
+See docs/USAGE.md for everything.)";
+
+// The values given on the command line, as written; converted and checked in `to_config`.
+struct RawOptions {
+  std::string np, npernode, map_by = "slot", gpu_bind = "list", kill_grace = "5", timeout,
+                             master_port, bind_to = "none";
+  std::vector<std::string> hosts, exports, mca;
+  std::string hostfile, output_directory, working_directory;
+  bool oversubscribe = false, display_map = false, verbose = false, help = false,
+       version = false, ignored = false;
+};
+
+void add_options(CLI::App &app, RawOptions &raw) {
+  app.add_option("-n,--np,-c", raw.np, "Number of ranks (default: all slots)");
+  app.add_option("-H,--host", raw.hosts, "Hosts: host[:slots],... (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--hostfile,--machinefile", raw.hostfile, "Open MPI hostfile");
+  app.add_option("-N,--npernode", raw.npernode, "Ranks per host (overrides slots)");
+  app.add_option("--map-by", raw.map_by, "slot (fill each host in turn) or node (round robin)");
+  app.add_flag("--oversubscribe", raw.oversubscribe, "Allow more ranks than slots");
+  app.add_option("--gpu-bind", raw.gpu_bind, "list (default), isolate or none");
+  app.add_option("-x", raw.exports, "Pass VAR, or set VAR=value, for every rank (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--mca", raw.mca, "Open MPI parameter NAME VALUE: ranks get OMPI_MCA_NAME")
+      ->expected(2)
+      ->allow_extra_args(false);
+  app.add_option("--output-filename", raw.output_directory,
+                 "Also write each rank's output to DIR/1/rank.N/{stdout,stderr}");
+  app.add_option("--kill-grace", raw.kill_grace, "Seconds from SIGTERM to SIGKILL (default 5)");
+  app.add_option("--timeout", raw.timeout, "End the whole job after SECONDS (exit code 124)");
+  app.add_option("--master-port", raw.master_port, "MASTER_PORT (default: a free port)");
+  app.add_option("--wdir,--cwd", raw.working_directory, "Working directory of the ranks");
+  app.add_flag("--display-map", raw.display_map, "Print where each rank runs");
+  app.add_flag("-v,--verbose", raw.verbose, "Say more about what perseusrun does");
+  app.add_flag("-h,--help", raw.help, "Show this help");
+  app.add_flag("--version", raw.version, "Show versions");
+  app.add_option("--bind-to", raw.bind_to, "Accepted for mpirun scripts; perseusrun does not bind");
+  app.add_flag("--allow-run-as-root,--tag-output", raw.ignored,
+               "Accepted for mpirun scripts (no effect)");
+}
+
+// Number of words an option takes after it (0 for flags).
+int value_count(const CLI::Option *option) {
+  return option->get_type_size() == 0 ? 0 : std::max(1, option->get_expected_min());
+}
+
+const CLI::Option *find_option(const CLI::App &app, const std::string &word) {
+  for (const CLI::Option *option : app.get_options()) {
+    if (option->check_name(word)) return option;
+  }
+  return nullptr;
+}
+
+// Rewrites mpirun's single-dash long options ("-np") to CLI11's spelling ("--np") and cuts
+// the arguments at the program. Returns the options in CLI11's reversed order. An option word
+// that names no option throws InputError with the closest name.
+std::vector<std::string> split_options(const CLI::App &app, const std::vector<std::string> &args,
+                                       std::vector<std::string> &command);
+
+size_t edit_distance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string suggestion(const CLI::App &app, const std::string &word) {
+  std::string best;
+  size_t best_distance = 3;
+  for (const CLI::Option *option : app.get_options()) {
+    for (const std::string &name : option->get_lnames()) {
+      const size_t distance = edit_distance(word.substr(word.find_first_not_of('-')), name);
+      if (distance < best_distance) {
+        best_distance = distance;
+        best = "--" + name;
+      }
+    }
+  }
+  return best.empty() ? "" : " (did you mean " + best + "?)";
+}
+
+std::vector<std::string> split_options(const CLI::App &app, const std::vector<std::string> &args,
+                                       std::vector<std::string> &command) {
+  std::vector<std::string> options;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    std::string word = args[i];
+    if (word == "--") {
+      ++i;
+      break;
+    }
+    if (word.size() < 2 || word[0] != '-') break;
+    const bool has_value = word.find('=') != std::string::npos;
+    std::string name = word.substr(0, word.find('='));
+    if (word[1] != '-' && name.size() > 2 && find_option(app, "-" + name)) {
+      word = "-" + word;
+      name = "-" + name;
+    }
+    const CLI::Option *option = find_option(app, name);
+    const bool attached_short = !option && word[1] != '-' && find_option(app, word.substr(0, 2));
+    if (!option && !attached_short) {
+      throw InputError("unknown option '" + args[i] + "'" + suggestion(app, name) +
+                       "; see perseusrun --help");
+    }
+    options.push_back(word);
+    if (option && !has_value) {
+      for (int v = 0; v < value_count(option) && i + 1 < args.size(); ++v) {
+        options.push_back(args[++i]);
+      }
+    }
+  }
+  command.assign(args.begin() + static_cast<long>(i), args.end());
+  std::reverse(options.begin(), options.end());
+  return options;
+}
+
+int to_int(const std::string &value, const std::string &flag, int minimum, const std::string &what) {
+  int number = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+  if (error != std::errc() || end != value.data() + value.size() || number < minimum) {
+    throw InputError(flag + " '" + value + "': expected " + what);
+  }
+  return number;
+}
+
+double to_seconds(const std::string &value, const std::string &flag) {
+  std::istringstream stream(value);
+  double seconds = -1;
+  stream >> seconds;
+  if (!stream || !stream.eof() || !(seconds >= 0) || !std::isfinite(seconds)) {
+    throw InputError(flag + " '" + value + "': expected a number of seconds, e.g. " + flag + " 30");
+  }
+  return seconds;
+}
+
+template <typename Enum>
+Enum to_choice(const std::string &value, const std::string &flag,
+               const std::vector<std::pair<std::string, Enum>> &choices) {
+  std::string names;
+  for (const auto &[name, choice] : choices) {
+    if (value == name) return choice;
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  throw InputError(flag + " '" + value + "': expected one of " + names);
+}
+
+void check_bind_to(const std::string &value) {
+  if (value != "none") {
+    fprintf(stderr,
+            "perseusrun: warning: -bind-to %s: perseusrun does not bind ranks to cores; they run "
+            "unbound, as with -bind-to none\n",
+            value.c_str());
+  }
+}
+
+launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> command) {
+  launch::LaunchConfig config;
+  if (!raw.np.empty()) config.np = to_int(raw.np, "-np", 1, "a number of ranks of at least 1");
+  if (!raw.npernode.empty()) {
+    config.npernode = to_int(raw.npernode, "-npernode", 1, "a number of ranks of at least 1");
+  }
+  config.host_lists = raw.hosts;
+  config.hostfile = raw.hostfile;
+  config.map_by = to_choice<launch::MapBy>(raw.map_by, "--map-by",
+                                           {{"slot", launch::MapBy::kSlot},
+                                            {"node", launch::MapBy::kNode}});
+  config.gpu_bind = to_choice<launch::GpuBind>(raw.gpu_bind, "--gpu-bind",
+                                               {{"list", launch::GpuBind::kList},
+                                                {"isolate", launch::GpuBind::kIsolate},
+                                                {"none", launch::GpuBind::kNone}});
+  config.oversubscribe = raw.oversubscribe;
+  config.exports = raw.exports;
+  for (size_t i = 0; i + 1 < raw.mca.size(); i += 2) config.mca.emplace_back(raw.mca[i], raw.mca[i + 1]);
+  config.output_directory = raw.output_directory;
+  config.kill_grace_seconds = to_seconds(raw.kill_grace, "--kill-grace");
+  if (!raw.timeout.empty()) config.timeout_seconds = to_seconds(raw.timeout, "--timeout");
+  if (!raw.master_port.empty()) {
+    config.master_port = to_int(raw.master_port, "--master-port", 1, "a port from 1 to 65535");
+    if (config.master_port > 65535) {
+      throw InputError("--master-port '" + raw.master_port + "': expected a port from 1 to 65535");
+    }
+  }
+  config.working_directory = raw.working_directory;
+  config.display_map = raw.display_map;
+  config.verbose = raw.verbose;
+  check_bind_to(raw.bind_to);
+  if (command.empty()) {
+    throw InputError("no program to run; usage: perseusrun [options] [--] program [args...]");
+  }
+  config.command = std::move(command);
+  return config;
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const std::vector<std::string> &args) {
+  CommandLine result;
+  if (!args.empty() && args[0] == "--agent") {
+    result.mode = Mode::kAgent;
+    return result;
+  }
+  CLI::App app("perseusrun: start a distributed training job", "perseusrun");
+  app.set_help_flag();
+  RawOptions raw;
+  add_options(app, raw);
+  std::vector<std::string> command;
+  std::vector<std::string> options = split_options(app, args, command);
+  try {
+    app.parse(options);
+  } catch (const CLI::ParseError &error) {
+    throw InputError(std::string(error.what()) + "; see perseusrun --help");
+  }
+  if (raw.help) {
+    result.mode = Mode::kHelp;
+  } else if (raw.version) {
+    result.mode = Mode::kVersion;
+  } else {
+    result.config = to_config(raw, std::move(command));
+  }
+  return result;
+}
+
+std::string help_text() {
+  CLI::App app("perseusrun: start a distributed training job", "perseusrun");
+  app.set_help_flag();
+  RawOptions raw;
+  add_options(app, raw);
+  app.footer(kExamples);
+  return "Usage: perseusrun [options] [--] program [args...]\n"
+         "Single-dash long options work as in mpirun: -np 4, -hostfile FILE, -npernode 8.\n\n" +
+         app.help();
+}
+
+std::string version_text() {
+  auto or_not_built = [](bool built, const char *version) {
+    return built ? std::string(version) : std::string("not built");
+  };
+  return std::string("perseusrun ") + PERSEUS_VERSION + "\n" +
+         "CUDA: " + or_not_built(PERSEUS_HAVE_CUDA, PERSEUS_CUDA_VERSION) + "\n" +
+         "NCCL: " + or_not_built(PERSEUS_HAVE_NCCL, PERSEUS_NCCL_VERSION) + "\n" +
+         "libssh2: " + LIBSSH2_VERSION + "\n";
+}
+
+}  // namespace perseus::app

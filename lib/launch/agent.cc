@@ -1,0 +1,375 @@
+#include "lib/launch/agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "lib/launch/agent_protocol.h"
+#include "lib/launch/errors.h"
+#include "lib/launch/frame_channel.h"
+#include "lib/launch/gpu_probe.h"
+#include "lib/launch/local_host.h"
+#include "lib/launch/process_tree.h"
+#include "lib/launch/rank_process.h"
+#include "perseus/config.h"
+
+extern char **environ;
+
+namespace perseus::launch {
+
+namespace {
+
+// While this much is queued for the launcher, rank output is not read: ranks block on their
+// pipes instead of the agent's memory growing.
+constexpr size_t kOutputHighWater = 4u << 20;
+constexpr size_t kOutputChunk = 64 * 1024;
+// A launcher that went away gets at most this grace before SIGKILL.
+constexpr double kLostLauncherGrace = 2.0;
+constexpr long long kRescanMs = 50;
+
+struct Rank {
+  int rank = 0;
+  RankProcess process;
+  bool reaped = false;
+  std::string stdin_buffer;
+  bool stdin_eof = false;
+};
+
+std::vector<std::string> merged_environment(const EnvironmentChanges &changes) {
+  std::map<std::string, std::string> variables;
+  for (char **entry = environ; *entry; ++entry) {
+    const std::string text(*entry);
+    const size_t equals = text.find('=');
+    if (equals != std::string::npos) variables[text.substr(0, equals)] = text.substr(equals + 1);
+  }
+  for (const auto &[name, value] : changes) variables[name] = value;
+  std::vector<std::string> result;
+  for (const auto &[name, value] : variables) result.push_back(name + "=" + value);
+  return result;
+}
+
+std::string variable(const std::vector<std::string> &environment, const std::string &name) {
+  for (const auto &entry : environment) {
+    if (entry.compare(0, name.size() + 1, name + "=") == 0) return entry.substr(name.size() + 1);
+  }
+  return "";
+}
+
+void check_no_nul(const std::vector<std::string> &strings, const std::string &what) {
+  for (const auto &s : strings) {
+    if (s.find('\0') != std::string::npos) {
+      throw InputError(what + " contains a NUL byte, which no program can receive: '" +
+                       s.substr(0, s.find('\0')) + "\\0...'");
+    }
+  }
+}
+
+UniqueFd make_signal_fd() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
+  sigprocmask(SIG_BLOCK, &signals, nullptr);
+  UniqueFd fd(signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!fd.valid()) throw_system_error("signalfd", "");
+  return fd;
+}
+
+class Agent {
+ public:
+  Agent()
+      : channel_(UniqueFd(fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3)),
+                 UniqueFd(fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3)), "launcher"),
+        signals_(make_signal_fd()) {}
+
+  int run();
+
+ private:
+  bool receive_job();
+  void start_ranks();
+  void loop();
+  void poll_once();
+  void handle_frames();
+  void handle_signals();
+  void reap_children();
+  void read_output(Rank &rank, OutputStream stream, UniqueFd &pipe);
+  void drain_output(Rank &rank);
+  void write_stdin(Rank &rank);
+  void terminate(double grace_seconds);
+  void tick();
+  bool finished();
+  void fail(const std::string &message, int exit_code);
+  Rank *find_rank(pid_t pid);
+  Rank *stdin_rank();
+
+  FrameChannel channel_;
+  UniqueFd signals_;
+  JobDescription job_;
+  std::vector<Rank> ranks_;
+  bool launcher_gone_ = false;
+  bool terminating_ = false;
+  long long kill_at_ms_ = 0;
+  long long next_scan_ms_ = 0;   // next SIGKILL sweep while terminating
+  long long next_check_ms_ = 0;  // next look for leftovers once every rank has ended
+};
+
+int Agent::run() {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  ::signal(SIGPIPE, SIG_IGN);
+  Hello hello{PERSEUS_VERSION, kProtocolVersion, local_hostname(), usable_cpu_count(),
+              probe_gpu_count(), std::nullopt};
+  if (const char *visible = getenv("CUDA_VISIBLE_DEVICES")) hello.cuda_visible_devices = visible;
+  channel_.send(FrameType::kHello, encode(hello));
+  if (!receive_job()) return kExitLaunchFailure;
+  try {
+    start_ranks();
+  } catch (const InputError &error) {
+    fail(error.what(), kExitUsage);
+  } catch (const LaunchError &error) {
+    fail(error.what(), error.exit_code());
+  }
+  loop();
+  if (!launcher_gone_) {
+    channel_.send(FrameType::kDone, "");
+    while (channel_.wants_write() && channel_.flush()) {
+      pollfd out{channel_.write_fd(), POLLOUT, 0};
+      poll(&out, 1, 1000);
+    }
+  }
+  return kExitSuccess;
+}
+
+bool Agent::receive_job() {
+  std::vector<Frame> frames;
+  while (frames.empty()) {
+    pollfd fds[2] = {{channel_.read_fd(), POLLIN, 0},
+                     {channel_.write_fd(), static_cast<short>(channel_.wants_write() ? POLLOUT : 0), 0}};
+    poll(fds, 2, -1);
+    if (!channel_.flush() || !channel_.read_available(frames)) return false;
+  }
+  if (frames.front().type != FrameType::kJob) return false;
+  job_ = decode_job(frames.front().payload, channel_.peer());
+  return true;
+}
+
+void Agent::start_ranks() {
+  check_no_nul(job_.argv, "an argument of the program");
+  if (job_.argv.empty()) throw InputError("no program to run");
+  for (const auto &launch : job_.ranks) {
+    RankCommand command;
+    command.environment = merged_environment(launch.environment);
+    check_no_nul(command.environment, "the environment of rank " + std::to_string(launch.rank));
+    command.argv = job_.argv;
+    command.working_directory = job_.working_directory;
+    command.gets_stdin = launch.rank == job_.stdin_rank;
+    command.program = resolve_program(job_.argv[0], variable(command.environment, "PATH"),
+                                      job_.working_directory, job_.host_label);
+    Rank rank;
+    rank.rank = launch.rank;
+    rank.process = start_rank(command);
+    set_nonblocking(rank.process.stdout_pipe.get());
+    set_nonblocking(rank.process.stderr_pipe.get());
+    if (rank.process.stdin_pipe.valid()) set_nonblocking(rank.process.stdin_pipe.get());
+    channel_.send(FrameType::kStarted, encode(RankStarted{rank.rank, rank.process.pid}));
+    ranks_.push_back(std::move(rank));
+  }
+}
+
+void Agent::fail(const std::string &message, int exit_code) {
+  channel_.send(FrameType::kError, encode(AgentError{message, exit_code}));
+  terminate(job_.kill_grace_seconds);
+}
+
+void Agent::loop() {
+  while (!finished()) {
+    poll_once();
+    tick();
+  }
+}
+
+void Agent::poll_once() {
+  std::vector<pollfd> fds;
+  fds.push_back({signals_.get(), POLLIN, 0});
+  fds.push_back({launcher_gone_ ? -1 : channel_.read_fd(), POLLIN, 0});
+  fds.push_back({channel_.wants_write() && !launcher_gone_ ? channel_.write_fd() : -1, POLLOUT, 0});
+  const bool room = channel_.queued_bytes() < kOutputHighWater || launcher_gone_;
+  for (auto &rank : ranks_) {
+    fds.push_back({room ? rank.process.stdout_pipe.get() : -1, POLLIN, 0});
+    fds.push_back({room ? rank.process.stderr_pipe.get() : -1, POLLIN, 0});
+    const bool pending_input = !rank.stdin_buffer.empty() || rank.stdin_eof;
+    fds.push_back({pending_input ? rank.process.stdin_pipe.get() : -1, POLLOUT, 0});
+  }
+  const int timeout = terminating_ || ranks_.empty() ? static_cast<int>(kRescanMs) : 1000;
+  if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) throw_system_error("poll", "");
+  if (fds[0].revents) handle_signals();
+  if (fds[1].revents) handle_frames();
+  if (fds[2].revents && !channel_.flush()) launcher_gone_ = true;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Rank &rank = ranks_[i];
+    if (fds[3 + 3 * i].revents) read_output(rank, OutputStream::kStdout, rank.process.stdout_pipe);
+    if (fds[4 + 3 * i].revents) read_output(rank, OutputStream::kStderr, rank.process.stderr_pipe);
+    if (fds[5 + 3 * i].revents) write_stdin(rank);
+  }
+  if (!launcher_gone_ && !channel_.flush()) launcher_gone_ = true;
+  if (launcher_gone_) terminate(std::min(job_.kill_grace_seconds, kLostLauncherGrace));
+}
+
+void Agent::handle_frames() {
+  std::vector<Frame> frames;
+  if (!channel_.read_available(frames)) {
+    launcher_gone_ = true;
+    return;
+  }
+  for (const Frame &frame : frames) {
+    if (frame.type == FrameType::kTerminate) {
+      terminate(decode_terminate(frame.payload, channel_.peer()).grace_seconds);
+    } else if (Rank *rank = stdin_rank(); rank && frame.type == FrameType::kStdin) {
+      rank->stdin_buffer += frame.payload;
+    } else if (rank && frame.type == FrameType::kStdinEof) {
+      rank->stdin_eof = true;
+    }
+  }
+}
+
+void Agent::handle_signals() {
+  signalfd_siginfo info{};
+  while (::read(signals_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    if (info.ssi_signo == SIGCHLD) continue;
+    terminate(job_.kill_grace_seconds);
+  }
+  reap_children();
+}
+
+void Agent::reap_children() {
+  int status = 0;
+  pid_t pid = 0;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    Rank *rank = find_rank(pid);
+    if (!rank) continue;  // an orphan re-parented to us
+    rank->reaped = true;
+    drain_output(*rank);
+    RankExited exited{rank->rank, pid, 0, 0};
+    if (WIFSIGNALED(status)) exited.signal = WTERMSIG(status);
+    if (WIFEXITED(status)) exited.exit_code = WEXITSTATUS(status);
+    channel_.send(FrameType::kExited, encode(exited));
+    rank->process.stdin_pipe.reset();
+    rank->stdin_buffer.clear();
+  }
+}
+
+void Agent::read_output(Rank &rank, OutputStream stream, UniqueFd &pipe) {
+  std::string chunk(kOutputChunk, '\0');
+  const ssize_t n = retry_on_eintr([&] { return ::read(pipe.get(), chunk.data(), chunk.size()); });
+  if (n > 0) {
+    chunk.resize(static_cast<size_t>(n));
+    channel_.send(FrameType::kOutput, encode(OutputChunk{rank.rank, stream, std::move(chunk)}));
+  } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+    pipe.reset();
+  }
+}
+
+// Reads what a rank wrote before it exited, so that its Exited message comes after it.
+void Agent::drain_output(Rank &rank) {
+  for (auto [stream, pipe] : {std::pair{OutputStream::kStdout, &rank.process.stdout_pipe},
+                              std::pair{OutputStream::kStderr, &rank.process.stderr_pipe}}) {
+    for (int budget = 256; budget > 0 && pipe->valid(); --budget) {
+      const size_t before = channel_.queued_bytes();
+      read_output(rank, stream, *pipe);
+      if (channel_.queued_bytes() == before) break;
+    }
+  }
+}
+
+void Agent::write_stdin(Rank &rank) {
+  if (!rank.stdin_buffer.empty()) {
+    const ssize_t n = retry_on_eintr([&] {
+      return ::write(rank.process.stdin_pipe.get(), rank.stdin_buffer.data(),
+                     rank.stdin_buffer.size());
+    });
+    const size_t written = n > 0 ? static_cast<size_t>(n) : rank.stdin_buffer.size();
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0) rank.process.stdin_pipe.reset();  // the rank closed its stdin: drop the rest
+    rank.stdin_buffer.erase(0, written);
+    channel_.send(FrameType::kStdinAck, encode_count(written));
+  }
+  if (rank.stdin_buffer.empty() && rank.stdin_eof) rank.process.stdin_pipe.reset();
+}
+
+void Agent::terminate(double grace_seconds) {
+  const long long deadline = monotonic_ms() + static_cast<long long>(grace_seconds * 1000);
+  if (terminating_) {
+    kill_at_ms_ = std::min(kill_at_ms_, deadline);
+    return;
+  }
+  terminating_ = true;
+  kill_at_ms_ = deadline;
+  signal_descendants(getpid(), SIGTERM);
+}
+
+void Agent::tick() {
+  const long long now = monotonic_ms();
+  if (terminating_ && now >= kill_at_ms_ && now >= next_scan_ms_) {
+    signal_descendants(getpid(), SIGKILL);
+    next_scan_ms_ = now + kRescanMs;
+  }
+  reap_children();
+}
+
+bool Agent::finished() {
+  const bool all_reaped =
+      std::all_of(ranks_.begin(), ranks_.end(), [](const Rank &r) { return r.reaped; });
+  if (!all_reaped) return false;
+  const long long now = monotonic_ms();
+  if (now < next_check_ms_) return false;
+  next_check_ms_ = now + kRescanMs;
+  if (!descendants_of(getpid()).empty()) {
+    terminate(job_.kill_grace_seconds);  // leftovers of ranks that ended
+    return false;
+  }
+  return std::none_of(ranks_.begin(), ranks_.end(), [](const Rank &r) {
+    return r.process.stdout_pipe.valid() || r.process.stderr_pipe.valid();
+  });
+}
+
+Rank *Agent::find_rank(pid_t pid) {
+  for (auto &rank : ranks_) {
+    if (rank.process.pid == pid && !rank.reaped) return &rank;
+  }
+  return nullptr;
+}
+
+Rank *Agent::stdin_rank() {
+  for (auto &rank : ranks_) {
+    if (rank.rank == job_.stdin_rank && !rank.reaped) return &rank;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+int run_agent() {
+  try {
+    return Agent().run();
+  } catch (const std::exception &error) {
+    // The launcher reports this as the agent's end; stderr reaches the user either way. No
+    // process of the job may outlive the agent.
+    fprintf(stderr, "perseusrun agent on %s: error: %s\n", local_hostname().c_str(),
+            error.what());
+    while (signal_descendants(getpid(), SIGKILL) > 0) {
+      while (waitpid(-1, nullptr, WNOHANG) > 0) {
+      }
+      usleep(10000);
+    }
+    return kExitLaunchFailure;
+  }
+}
+
+}  // namespace perseus::launch

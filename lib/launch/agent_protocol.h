@@ -1,0 +1,99 @@
+#pragma once
+// The messages of the launcher-agent protocol (the frames are in frame_channel.h).
+//
+//   agent                         launcher
+//     Hello  ------------------------>     version and host facts (GPUs, cores)
+//            <------------------------  Job          ranks of this host, argv, environment
+//     Started, Output, Exited ------->     as they happen; Stdin/StdinEof/StdinAck for rank 0
+//            <------------------------  Terminate    on failure, signal or timeout
+//     Done   ------------------------>     every process of the job on this host has ended
+//
+// Structured messages are CBOR maps; strings that must arrive byte for byte (argv, the
+// environment) travel as CBOR byte strings, so that any byte but NUL passes unchanged. Output
+// frames are raw: 4-byte rank, 1-byte stream, then the bytes. Decoding a malformed message
+// throws LaunchError naming the peer.
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace perseus::launch {
+
+inline constexpr int kProtocolVersion = 1;
+
+struct Hello {
+  std::string version;  // PERSEUS_VERSION of the agent
+  int protocol = kProtocolVersion;
+  std::string hostname;
+  int cpu_count = 1;
+  std::optional<int> gpu_count;                      // nullopt: no NVIDIA driver found
+  std::optional<std::string> cuda_visible_devices;  // the host's own setting, if any
+};
+
+using EnvironmentChanges = std::vector<std::pair<std::string, std::string>>;
+
+struct RankLaunch {
+  int rank = 0;
+  EnvironmentChanges environment;  // set on top of the agent's own environment
+};
+
+struct JobDescription {
+  std::string job_id;
+  std::string host_label;  // the host as the user named it, for messages
+  std::vector<std::string> argv;
+  std::string working_directory;
+  int stdin_rank = -1;  // the rank that gets the launcher's stdin; -1: none on this host
+  double kill_grace_seconds = 5;  // SIGTERM to SIGKILL, for leftovers and a lost launcher
+  std::vector<RankLaunch> ranks;
+};
+
+struct RankStarted {
+  int rank = 0;
+  int pid = 0;
+};
+
+struct RankExited {
+  int rank = 0;
+  int pid = 0;
+  int exit_code = 0;  // valid when signal == 0
+  int signal = 0;     // the signal that ended it, or 0
+};
+
+struct AgentError {
+  std::string message;
+  int exit_code = 1;
+};
+
+struct Terminate {
+  double grace_seconds = 5;
+};
+
+enum class OutputStream : uint8_t { kStdout = 1, kStderr = 2 };
+
+struct OutputChunk {
+  int rank = 0;
+  OutputStream stream = OutputStream::kStdout;
+  std::string bytes;
+};
+
+std::string encode(const Hello &message);
+std::string encode(const JobDescription &message);
+std::string encode(const RankStarted &message);
+std::string encode(const RankExited &message);
+std::string encode(const AgentError &message);
+std::string encode(const Terminate &message);
+std::string encode(const OutputChunk &message);
+std::string encode_count(size_t count);
+
+// `peer` names the sender in error messages.
+Hello decode_hello(const std::string &payload, const std::string &peer);
+JobDescription decode_job(const std::string &payload, const std::string &peer);
+RankStarted decode_started(const std::string &payload, const std::string &peer);
+RankExited decode_exited(const std::string &payload, const std::string &peer);
+AgentError decode_error(const std::string &payload, const std::string &peer);
+Terminate decode_terminate(const std::string &payload, const std::string &peer);
+OutputChunk decode_output(const std::string &payload, const std::string &peer);
+size_t decode_count(const std::string &payload, const std::string &peer);
+
+}  // namespace perseus::launch

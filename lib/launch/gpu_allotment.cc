@@ -1,0 +1,71 @@
+#include "lib/launch/gpu_allotment.h"
+
+#include <sstream>
+
+#include "lib/launch/errors.h"
+
+namespace perseus::launch {
+
+namespace {
+
+std::vector<std::string> split_list(const std::string &value) {
+  std::vector<std::string> entries;
+  std::stringstream stream(value);
+  for (std::string entry; std::getline(stream, entry, ',');) entries.push_back(entry);
+  return entries;
+}
+
+std::vector<std::string> numbered(int count) {
+  std::vector<std::string> entries;
+  for (int i = 0; i < count; ++i) entries.push_back(std::to_string(i));
+  return entries;
+}
+
+std::vector<std::string> device_list(const HostGpuFacts &facts, int local_size) {
+  if (facts.cuda_visible_devices) return split_list(*facts.cuda_visible_devices);
+  if (facts.gpu_count && *facts.gpu_count > 0) return numbered(*facts.gpu_count);
+  return numbered(local_size);
+}
+
+std::string join(const std::vector<std::string> &entries, size_t count) {
+  std::string joined;
+  for (size_t i = 0; i < count; ++i) {
+    if (i) joined += ',';
+    joined += entries[i];
+  }
+  return joined;
+}
+
+void refuse_shared_gpus(const HostGpuFacts &facts, size_t devices, int local_size,
+                        const std::string &host) {
+  std::string source = facts.cuda_visible_devices
+                           ? "CUDA_VISIBLE_DEVICES=" + *facts.cuda_visible_devices
+                           : "the driver";
+  throw InputError("host " + host + " would run " + std::to_string(local_size) +
+                   " ranks on " + std::to_string(devices) + " GPU(s) (from " + source +
+                   "), so two ranks would share a GPU; run at most " + std::to_string(devices) +
+                   " ranks there (-npernode, -H " + host + ":" + std::to_string(devices) +
+                   "), or use --gpu-bind none for ranks that do not each need a GPU");
+}
+
+}  // namespace
+
+std::vector<std::optional<std::string>> allot_gpus(GpuBind bind, const HostGpuFacts &facts,
+                                                   int local_size, const std::string &host) {
+  std::vector<std::optional<std::string>> values(static_cast<size_t>(local_size));
+  if (bind == GpuBind::kNone) return values;
+  if (facts.cuda_visible_devices && facts.cuda_visible_devices->empty()) {
+    for (auto &value : values) value = "";
+    return values;
+  }
+  const std::vector<std::string> devices = device_list(facts, local_size);
+  if (devices.size() < values.size()) {
+    refuse_shared_gpus(facts, devices.size(), local_size, host);
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = bind == GpuBind::kList ? join(devices, values.size()) : devices[i];
+  }
+  return values;
+}
+
+}  // namespace perseus::launch

@@ -1,0 +1,33 @@
+#pragma once
+// Which GPUs the ranks of one host see (CUDA_VISIBLE_DEVICES), a pure function of the host's
+// facts so that it is tested as a table.
+//
+// The host's device list is its own CUDA_VISIBLE_DEVICES when set, else 0..gpus-1 when a
+// driver reports GPUs, else 0..local_size-1 (a host without a driver gets the same variables,
+// so that scripts behave the same there). The host's ranks are allotted the first local_size
+// entries, in local-rank order.
+//  - kList: every rank sees all entries allotted to its host: "3,5" for both ranks.
+//  - kIsolate: each rank sees only its own entry: "3" for local rank 0, "5" for local rank 1.
+//  - kNone: CUDA_VISIBLE_DEVICES is left as it is.
+// A host with fewer entries than ranks would put two ranks on one GPU: that is an InputError
+// naming the host, the counts and the fixes. An empty CUDA_VISIBLE_DEVICES ("no GPU") is kept
+// as is for every rank.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace perseus::launch {
+
+enum class GpuBind { kList, kIsolate, kNone };
+
+struct HostGpuFacts {
+  std::optional<int> gpu_count;                      // nullopt: no driver
+  std::optional<std::string> cuda_visible_devices;  // the host's own setting
+};
+
+// The value of CUDA_VISIBLE_DEVICES for each local rank, or nullopt (per rank) for kNone.
+std::vector<std::optional<std::string>> allot_gpus(GpuBind bind, const HostGpuFacts &facts,
+                                                   int local_size, const std::string &host);
+
+}  // namespace perseus::launch

@@ -1,0 +1,432 @@
+#include "lib/launch/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "lib/launch/agent_link.h"
+#include "lib/launch/errors.h"
+#include "lib/launch/host_list_parser.h"
+#include "lib/launch/hostfile_parser.h"
+#include "lib/launch/job_plan.h"
+#include "lib/launch/local_host.h"
+#include "lib/launch/output_router.h"
+#include "perseus/config.h"
+
+namespace perseus::launch {
+
+namespace {
+
+constexpr int kHelloTimeoutMs = 30000;
+// How long agents get, beyond the grace, to report that everything has ended.
+constexpr int kShutdownSlackMs = 10000;
+// Stdin bytes sent to rank 0 but not yet written by it; past this, perseusrun stops reading.
+constexpr size_t kStdinWindow = 1u << 20;
+
+std::string job_id() {
+  std::random_device device;
+  char text[17];
+  snprintf(text, sizeof text, "%08x%08x", device(), device());
+  return text;
+}
+
+std::string signal_name(int signal) {
+  const char *abbrev = sigabbrev_np(signal);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
+}
+
+// A port free on this host now: bound to port 0 and released, like torchrun does.
+int free_port() {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  socklen_t length = sizeof address;
+  if (!fd.valid() || bind(fd.get(), reinterpret_cast<sockaddr *>(&address), length) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr *>(&address), &length) != 0) {
+    throw_system_error("bind", "to find a free port for MASTER_PORT");
+  }
+  return ntohs(address.sin_port);
+}
+
+void check_port_free(int port) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int yes = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(fd.get(), reinterpret_cast<sockaddr *>(&address), sizeof address) != 0) {
+    throw LaunchError("--master-port " + std::to_string(port) + " cannot be used on this host (" +
+                      std::strerror(errno) +
+                      "): another process holds it; pick a free port, or leave --master-port "
+                      "out to get one");
+  }
+}
+
+std::vector<HostSpec> host_mentions(const LaunchConfig &config) {
+  if (!config.host_lists.empty() && !config.hostfile.empty()) {
+    throw InputError("both -H and -hostfile " + config.hostfile +
+                     " name hosts; give one of them");
+  }
+  std::vector<HostSpec> mentions;
+  for (const std::string &list : config.host_lists) {
+    for (HostSpec &spec : parse_host_list(list)) mentions.push_back(std::move(spec));
+  }
+  if (!config.hostfile.empty()) mentions = read_hostfile(config.hostfile);
+  if (mentions.empty()) mentions.push_back(HostSpec{"", "localhost", {}, {}, "default"});
+  for (const HostSpec &spec : mentions) {
+    if (!is_local_host(spec.host)) {
+      throw InputError("host '" + spec.host + "' (from " + spec.origin +
+                       ") is not this machine, and this build of perseusrun runs jobs on this "
+                       "machine only; use localhost");
+    }
+  }
+  return mentions;
+}
+
+class Launcher {
+ public:
+  explicit Launcher(const LaunchConfig &config) : config_(config) {}
+  int run();
+
+ private:
+  struct Agent {
+    std::unique_ptr<AgentLink> link;
+    std::optional<Hello> hello;
+    bool done = false;
+  };
+
+  void start_agents(const std::vector<HostSpec> &mentions);
+  void collect_hellos();
+  void plan(const std::vector<HostSpec> &mentions);
+  void display_map() const;
+  void loop();
+  void poll_once();
+  void handle_frames(Agent &agent);
+  void handle_frame(Agent &agent, const Frame &frame);
+  void rank_exited(const Agent &agent, const RankExited &exited);
+  void agent_ended(Agent &agent);
+  void handle_signals();
+  void forward_stdin();
+  void end_job(double grace_seconds);
+  void report_failures();
+  bool all_done() const;
+  Agent *agent_of_rank_zero();
+
+  const LaunchConfig &config_;
+  UniqueFd signals_;
+  std::map<std::string, Agent> agents_;  // by host key
+  std::vector<std::string> agent_order_;
+  JobPlan plan_;
+  std::unique_ptr<OutputRouter> output_;
+  std::vector<RankExited> new_failures_;
+  std::optional<RankExited> failure_;
+  std::optional<AgentError> agent_error_;
+  int received_signal_ = 0;
+  bool timed_out_ = false;
+  bool ending_ = false;
+  long long give_up_at_ms_ = 0;
+  long long deadline_ms_ = 0;
+  bool stdin_open_ = false;
+  size_t stdin_in_flight_ = 0;
+};
+
+UniqueFd block_signals() {
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
+  sigprocmask(SIG_BLOCK, &signals, nullptr);
+  UniqueFd fd(signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!fd.valid()) throw_system_error("signalfd", "");
+  return fd;
+}
+
+int Launcher::run() {
+  const std::vector<HostSpec> mentions = host_mentions(config_);
+  signals_ = block_signals();
+  start_agents(mentions);
+  collect_hellos();
+  plan(mentions);
+  if (config_.display_map) display_map();
+  output_ = std::make_unique<OutputRouter>(plan_.placement.size(), config_.output_directory);
+  for (size_t i = 0; i < plan_.hosts.size(); ++i) {
+    const Host &host = plan_.hosts[i];
+    agents_.at(host_key(host.user, host.host)).link->channel().send(FrameType::kJob,
+                                                                     encode(plan_.jobs[i]));
+  }
+  // Reading a terminal from the background would stop perseusrun (SIGTTIN).
+  stdin_open_ = !isatty(STDIN_FILENO) || tcgetpgrp(STDIN_FILENO) == getpgrp();
+  if (config_.timeout_seconds > 0) {
+    deadline_ms_ = monotonic_ms() + static_cast<long long>(config_.timeout_seconds * 1000);
+  }
+  loop();
+  output_->finish();
+  if (received_signal_) return 128 + received_signal_;
+  if (timed_out_) return kExitTimeout;
+  if (agent_error_) return agent_error_->exit_code;
+  if (failure_) return failure_->signal ? 128 + failure_->signal : failure_->exit_code;
+  return kExitSuccess;
+}
+
+void Launcher::start_agents(const std::vector<HostSpec> &mentions) {
+  for (const HostSpec &spec : mentions) {
+    const std::string key = host_key(spec.user, spec.host);
+    if (agents_.count(key)) continue;
+    agents_[key].link = start_local_agent(config_.agent_program, spec.host);
+    agent_order_.push_back(key);
+  }
+}
+
+void Launcher::collect_hellos() {
+  const long long deadline = monotonic_ms() + kHelloTimeoutMs;
+  for (const std::string &key : agent_order_) {
+    Agent &agent = agents_.at(key);
+    std::vector<Frame> frames;
+    while (frames.empty()) {
+      const long long left = deadline - monotonic_ms();
+      pollfd fd{agent.link->channel().read_fd(), POLLIN, 0};
+      if (left <= 0 || poll(&fd, 1, static_cast<int>(left)) == 0) {
+        throw LaunchError("the agent on " + agent.link->host() + " did not answer within " +
+                          std::to_string(kHelloTimeoutMs / 1000) + " s");
+      }
+      if (!agent.link->channel().read_available(frames)) {
+        throw LaunchError("the agent on " + agent.link->host() + " ended before saying hello");
+      }
+    }
+    if (frames.front().type != FrameType::kHello) {
+      throw LaunchError("the agent on " + agent.link->host() + " did not start with a hello");
+    }
+    Hello hello = decode_hello(frames.front().payload, agent.link->channel().peer());
+    if (hello.version != PERSEUS_VERSION || hello.protocol != kProtocolVersion) {
+      throw LaunchError("the agent on " + agent.link->host() + " runs perseusrun " +
+                        hello.version + ", this is " + PERSEUS_VERSION +
+                        "; install the same version on every host");
+    }
+    agent.hello = std::move(hello);
+  }
+}
+
+void Launcher::plan(const std::vector<HostSpec> &mentions) {
+  const bool default_host = mentions.size() == 1 && mentions[0].origin == "default";
+  const auto hello_of = [this](const Host &host) -> const Hello & {
+    return *agents_.at(host_key(host.user, host.host)).hello;
+  };
+  // A bare hostfile line means the host's GPU count when known; the default host is this
+  // machine with one slot per GPU, or per core without GPUs.
+  const BareSlots bare_slots = [&](const HostSpec &spec) -> std::optional<int> {
+    const Hello &hello = *agents_.at(host_key(spec.user, spec.host)).hello;
+    if (hello.gpu_count && *hello.gpu_count > 0) return hello.gpu_count;
+    if (default_host) return hello.cpu_count;
+    return std::nullopt;
+  };
+  std::vector<std::string> warnings;
+  const EnvironmentChanges exported = exported_environment(
+      config_,
+      [](const std::string &name) -> std::optional<std::string> {
+        const char *value = getenv(name.c_str());
+        return value ? std::optional<std::string>(value) : std::nullopt;
+      },
+      warnings);
+  for (const std::string &warning : warnings) fprintf(stderr, "perseusrun: warning: %s\n", warning.c_str());
+  if (config_.master_port) check_port_free(config_.master_port);
+  const JobFacts facts{job_id(), "127.0.0.1",
+                       config_.master_port ? config_.master_port : free_port()};
+  plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported);
+}
+
+void Launcher::display_map() const {
+  for (const RankPlace &place : plan_.placement.ranks) {
+    fprintf(stderr, "perseusrun: rank %d on %s (node %d, local rank %d of %d)\n", place.rank,
+            plan_.hosts[static_cast<size_t>(place.host_index)].host.c_str(), place.node_rank,
+            place.local_rank, place.local_size);
+  }
+}
+
+void Launcher::loop() {
+  while (!all_done()) {
+    poll_once();
+    report_failures();
+    output_->flush();
+    const long long now = monotonic_ms();
+    if (deadline_ms_ && now >= deadline_ms_ && !ending_) {
+      timed_out_ = true;
+      fprintf(stderr, "perseusrun: error: the job ran past --timeout %g s; ending it\n",
+              config_.timeout_seconds);
+      end_job(config_.kill_grace_seconds);
+    }
+    if (ending_ && now >= give_up_at_ms_) {
+      fprintf(stderr, "perseusrun: error: agents did not end the job in time; killing them\n");
+      for (auto &[key, agent] : agents_) agent.link->kill();
+      return;
+    }
+  }
+}
+
+void Launcher::poll_once() {
+  std::vector<pollfd> fds{{signals_.get(), POLLIN, 0}};
+  const bool want_stdin = stdin_open_ && stdin_in_flight_ < kStdinWindow && agent_of_rank_zero();
+  fds.push_back({want_stdin ? STDIN_FILENO : -1, POLLIN, 0});
+  for (const std::string &key : agent_order_) {
+    Agent &agent = agents_.at(key);
+    FrameChannel &channel = agent.link->channel();
+    fds.push_back({agent.done ? -1 : channel.read_fd(), POLLIN, 0});
+    fds.push_back({!agent.done && channel.wants_write() ? channel.write_fd() : -1, POLLOUT, 0});
+  }
+  if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) throw_system_error("poll", "");
+  if (fds[0].revents) handle_signals();
+  if (fds[1].revents) forward_stdin();
+  for (size_t i = 0; i < agent_order_.size(); ++i) {
+    Agent &agent = agents_.at(agent_order_[i]);
+    if (fds[2 + 2 * i].revents) handle_frames(agent);
+    if (!agent.done && !agent.link->channel().flush()) agent_ended(agent);
+  }
+}
+
+void Launcher::handle_frames(Agent &agent) {
+  std::vector<Frame> frames;
+  bool open = true;
+  try {
+    open = agent.link->channel().read_available(frames);
+  } catch (const LaunchError &error) {
+    fprintf(stderr, "perseusrun: error: %s\n", error.what());
+    open = false;
+  }
+  for (const Frame &frame : frames) handle_frame(agent, frame);
+  if (!open && !agent.done) agent_ended(agent);
+}
+
+void Launcher::handle_frame(Agent &agent, const Frame &frame) {
+  const std::string &peer = agent.link->channel().peer();
+  switch (frame.type) {
+    case FrameType::kOutput:
+      output_->write(decode_output(frame.payload, peer));
+      break;
+    case FrameType::kExited:
+      rank_exited(agent, decode_exited(frame.payload, peer));
+      break;
+    case FrameType::kStdinAck:
+      stdin_in_flight_ -= std::min(stdin_in_flight_, decode_count(frame.payload, peer));
+      break;
+    case FrameType::kError:
+      if (!agent_error_ && !ending_) {
+        agent_error_ = decode_error(frame.payload, peer);
+        fprintf(stderr, "perseusrun: error: %s\n", agent_error_->message.c_str());
+      }
+      end_job(config_.kill_grace_seconds);
+      break;
+    case FrameType::kDone:
+      agent.done = true;
+      agent.link->reap(1000);
+      break;
+    default:
+      break;  // kStarted needs nothing: Exited carries the pid
+  }
+}
+
+void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
+  (void)agent;
+  if (exited.rank == 0) stdin_open_ = false;
+  if ((exited.exit_code != 0 || exited.signal != 0) && !ending_) {
+    new_failures_.push_back(exited);
+  }
+}
+
+// Reports the lowest-numbered rank among those that failed in the last batch, which are the
+// failures the job did not cause itself by ending.
+void Launcher::report_failures() {
+  if (new_failures_.empty()) return;
+  const RankExited &first = *std::min_element(
+      new_failures_.begin(), new_failures_.end(),
+      [](const RankExited &a, const RankExited &b) { return a.rank < b.rank; });
+  failure_ = first;
+  new_failures_.clear();
+  const std::string &host =
+      plan_.hosts[static_cast<size_t>(plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)].host;
+  if (first.signal) {
+    fprintf(stderr, "perseusrun: rank %d (host %s, pid %d) was killed by signal %d (%s); ending the job\n",
+            first.rank, host.c_str(), first.pid, first.signal, signal_name(first.signal).c_str());
+  } else {
+    fprintf(stderr, "perseusrun: rank %d (host %s, pid %d) exited with code %d; ending the job\n",
+            first.rank, host.c_str(), first.pid, first.exit_code);
+  }
+  end_job(config_.kill_grace_seconds);
+}
+
+void Launcher::agent_ended(Agent &agent) {
+  agent.done = true;
+  agent.link->reap(1000);
+  if (!ending_) {
+    fprintf(stderr, "perseusrun: error: the agent on %s ended unexpectedly; ending the job\n",
+            agent.link->host().c_str());
+    agent_error_ = AgentError{"agent ended", kExitLaunchFailure};
+    end_job(config_.kill_grace_seconds);
+  }
+}
+
+void Launcher::handle_signals() {
+  signalfd_siginfo info{};
+  while (::read(signals_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    const int signal = static_cast<int>(info.ssi_signo);
+    if (received_signal_) {
+      end_job(0);  // a second signal: no more grace
+      continue;
+    }
+    received_signal_ = signal;
+    fprintf(stderr, "perseusrun: got %s; ending the job (again to kill at once)\n",
+            signal_name(signal).c_str());
+    end_job(config_.kill_grace_seconds);
+  }
+}
+
+void Launcher::forward_stdin() {
+  Agent *agent = agent_of_rank_zero();
+  char buffer[64 * 1024];
+  const ssize_t n = retry_on_eintr([&] { return ::read(STDIN_FILENO, buffer, sizeof buffer); });
+  if (n > 0 && agent) {
+    agent->link->channel().send(FrameType::kStdin, std::string_view(buffer, static_cast<size_t>(n)));
+    stdin_in_flight_ += static_cast<size_t>(n);
+    return;
+  }
+  stdin_open_ = false;
+  if (agent) agent->link->channel().send(FrameType::kStdinEof, "");
+}
+
+void Launcher::end_job(double grace_seconds) {
+  const std::string terminate = encode(Terminate{grace_seconds});
+  for (auto &[key, agent] : agents_) {
+    if (!agent.done) agent.link->channel().send(FrameType::kTerminate, terminate);
+  }
+  const long long give_up =
+      monotonic_ms() + static_cast<long long>(grace_seconds * 1000) + kShutdownSlackMs;
+  give_up_at_ms_ = ending_ ? std::min(give_up_at_ms_, give_up) : give_up;
+  ending_ = true;
+  stdin_open_ = false;
+}
+
+bool Launcher::all_done() const {
+  return std::all_of(agents_.begin(), agents_.end(),
+                     [](const auto &entry) { return entry.second.done; });
+}
+
+Launcher::Agent *Launcher::agent_of_rank_zero() {
+  if (plan_.placement.ranks.empty()) return nullptr;
+  const Host &host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];
+  Agent &agent = agents_.at(host_key(host.user, host.host));
+  return agent.done ? nullptr : &agent;
+}
+
+}  // namespace
+
+int run_launcher(const LaunchConfig &config) { return Launcher(config).run(); }
+
+}  // namespace perseus::launch

@@ -1,0 +1,20 @@
+#pragma once
+// The variables every rank gets, so that scripts written for mpirun, torchrun or horovodrun
+// run unchanged (docs/USAGE.md lists them). A pure function of the placement.
+
+#include <string>
+
+#include "lib/launch/agent_protocol.h"
+#include "lib/launch/placement.h"
+
+namespace perseus::launch {
+
+struct JobFacts {
+  std::string job_id;
+  std::string master_addr;
+  int master_port = 0;
+};
+
+EnvironmentChanges rank_environment(const Placement &placement, int rank, const JobFacts &job);
+
+}  // namespace perseus::launch
