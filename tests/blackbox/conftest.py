@@ -16,7 +16,6 @@ import os
 import re
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -522,3 +521,15 @@ def expect_usage_error(launcher, args, *needles, with_prog=True, code=2):
     assert launcher.started() == [], "a rank was started: %s\n%s" % (launcher.started(), res)
     assert res.stdout == b"", str(res)
     return res
+
+
+def own_addresses():
+    """This machine's non-loopback addresses (from `hostname -I`), IPv4 first."""
+    try:
+        words = subprocess.run(["hostname", "-I"], capture_output=True, text=True,
+                               timeout=10).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    addrs = [w for w in words if not w.startswith("127.") and w != "::1" and
+             not w.lower().startswith("fe80:")]
+    return sorted(addrs, key=lambda a: ":" in a)

@@ -1,11 +1,10 @@
 """Bad input: exit 2 (usage), 127 (program not found), 126 (not executable); nothing started."""
 
-import os
 import socket
 
 import pytest
 
-from conftest import PY, expect_usage_error, has_gpu, nproc
+from conftest import expect_usage_error, has_gpu, nproc
 
 
 @pytest.mark.parametrize("flag", ["--bogus-flag", "-bogus", "--npx"])

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from conftest import PY, expect_usage_error, has_gpu, run_env_job
+from conftest import expect_usage_error, has_gpu, run_env_job
 
 
 def hostfile(launcher, text, name="hostfile"):

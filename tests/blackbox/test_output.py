@@ -2,7 +2,6 @@
 
 import os
 
-import pytest
 
 from conftest import PY, TIMEOUT, lines_of, untag
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from conftest import (ENV_PROG, PY, TIMEOUT, check_single_host_envs, has_gpu, nproc,
-                      run_env_job, untag)
+                      own_addresses, run_env_job, untag)
 
 
 # ---- the seed commands ----------------------------------------------------------------------
@@ -118,9 +118,19 @@ def test_bare_host_mentioned_twice(launcher):
     run_env_job(launcher, ["-H", "localhost,localhost"], 2)
 
 
-@pytest.mark.parametrize("alias", ["127.0.0.1", "hostname", "[::1]"])
+@pytest.mark.parametrize("alias", ["127.0.0.1", "hostname", "[::1]", "own-ipv4", "own-ipv6"])
 def test_local_host_aliases(launcher, alias):
-    host = socket.gethostname() if alias == "hostname" else alias
+    if alias == "hostname":
+        host = socket.gethostname()
+    elif alias.startswith("own-"):
+        want_v6 = alias == "own-ipv6"
+        addrs = [a for a in own_addresses() if (":" in a) == want_v6]
+        if not addrs:
+            pytest.skip("this machine has no non-loopback %s address" % alias[4:])
+        host = "[%s]" % addrs[0] if want_v6 else addrs[0]
+    else:
+        host = alias
+    # MASTER_ADDR stays 127.0.0.1: the job is on the local host only.
     run_env_job(launcher, ["-H", "%s:2" % host], 2)
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import PY, TIMEOUT
+from conftest import PY
 
 SPAWN_ALL = (
     "    spawn_child()\n"

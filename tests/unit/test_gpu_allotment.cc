@@ -1,0 +1,162 @@
+#include <doctest/doctest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/launch/errors.h"
+#include "lib/launch/gpu_allotment.h"
+
+namespace perseus::launch {
+namespace {
+
+// One row of the table: the host's facts and the expected CUDA_VISIBLE_DEVICES of each local
+// rank ("-" for nullopt), or, with `error` set, the substrings the InputError must contain.
+struct Case {
+  std::string name;
+  GpuBind bind;
+  std::optional<int> gpu_count;
+  std::optional<std::string> cuda_visible_devices;
+  int local_size;
+  std::vector<std::string> expected;
+  std::vector<std::string> error = {};
+};
+
+constexpr auto kList = GpuBind::kList;
+constexpr auto kIsolate = GpuBind::kIsolate;
+constexpr auto kNone = GpuBind::kNone;
+constexpr std::nullopt_t kNoDriver = std::nullopt;
+constexpr std::nullopt_t kUnset = std::nullopt;
+
+const std::vector<Case> kCases = {
+    // No driver: 0..local_size-1, so that scripts see the same variables everywhere.
+    {"no driver, list", kList, kNoDriver, kUnset, 3, {"0,1,2", "0,1,2", "0,1,2"}},
+    {"no driver, isolate", kIsolate, kNoDriver, kUnset, 3, {"0", "1", "2"}},
+    {"no driver, one rank", kList, kNoDriver, kUnset, 1, {"0"}},
+    {"driver with no GPUs counts as none", kIsolate, 0, kUnset, 2, {"0", "1"}},
+    // A driver: the first local_size of 0..gpus-1.
+    {"8 GPUs, 4 ranks, list", kList, 8, kUnset, 4, {"0,1,2,3", "0,1,2,3", "0,1,2,3", "0,1,2,3"}},
+    {"8 GPUs, 4 ranks, isolate", kIsolate, 8, kUnset, 4, {"0", "1", "2", "3"}},
+    {"8 GPUs, 8 ranks, isolate", kIsolate, 8, kUnset, 8, {"0", "1", "2", "3", "4", "5", "6", "7"}},
+    {"8 GPUs, 1 rank, list", kList, 8, kUnset, 1, {"0"}},
+    // The host's CUDA_VISIBLE_DEVICES wins over the driver's count.
+    {"CUDA_VISIBLE_DEVICES 3,5, list", kList, 8, "3,5", 2, {"3,5", "3,5"}},
+    {"CUDA_VISIBLE_DEVICES 3,5, isolate", kIsolate, 8, "3,5", 2, {"3", "5"}},
+    {"CUDA_VISIBLE_DEVICES without a driver", kIsolate, kNoDriver, "3,5", 2, {"3", "5"}},
+    {"CUDA_VISIBLE_DEVICES longer than the ranks, list", kList, 8, "7,6,5,4", 2, {"7,6", "7,6"}},
+    {"CUDA_VISIBLE_DEVICES longer than the ranks, isolate",
+     kIsolate,
+     8,
+     "7,6,5,4",
+     3,
+     {"7", "6", "5"}},
+    {"UUID entries, list",
+     kList,
+     2,
+     "GPU-8a3f1c2e-0000-1111-2222-333344445555,GPU-b9d2e4f6-6666-7777-8888-999900001111",
+     2,
+     {"GPU-8a3f1c2e-0000-1111-2222-333344445555,GPU-b9d2e4f6-6666-7777-8888-999900001111",
+      "GPU-8a3f1c2e-0000-1111-2222-333344445555,GPU-b9d2e4f6-6666-7777-8888-999900001111"}},
+    {"UUID entries, isolate",
+     kIsolate,
+     2,
+     "GPU-8a3f1c2e-0000-1111-2222-333344445555,MIG-4c1d2e3f-aaaa-bbbb-cccc-ddddeeeeffff",
+     2,
+     {"GPU-8a3f1c2e-0000-1111-2222-333344445555", "MIG-4c1d2e3f-aaaa-bbbb-cccc-ddddeeeeffff"}},
+    // An empty CUDA_VISIBLE_DEVICES means "no GPU": kept for every rank, whatever the count.
+    {"empty CUDA_VISIBLE_DEVICES, list", kList, 8, "", 3, {"", "", ""}},
+    {"empty CUDA_VISIBLE_DEVICES, isolate", kIsolate, 8, "", 3, {"", "", ""}},
+    {"empty CUDA_VISIBLE_DEVICES, no driver", kIsolate, kNoDriver, "", 2, {"", ""}},
+    // kNone leaves the variable alone, even where the others would refuse.
+    {"none with 8 GPUs", kNone, 8, kUnset, 4, {"-", "-", "-", "-"}},
+    {"none with CUDA_VISIBLE_DEVICES", kNone, 8, "3,5", 2, {"-", "-"}},
+    {"none with too few GPUs", kNone, 2, kUnset, 4, {"-", "-", "-", "-"}},
+    {"none with empty CUDA_VISIBLE_DEVICES", kNone, 2, "", 2, {"-", "-"}},
+    // No ranks on the host.
+    {"no ranks, list", kList, 8, kUnset, 0, {}},
+    {"no ranks, none", kNone, 8, kUnset, 0, {}},
+    // Two ranks would share a GPU.
+    {"too few GPUs, list",
+     kList,
+     2,
+     kUnset,
+     4,
+     {},
+     {"node7", "4 ranks", "2 GPU(s)", "the driver", "--gpu-bind none", "-npernode", "-H node7:2"}},
+    {"too few GPUs, isolate", kIsolate, 1, kUnset, 2, {}, {"node7", "--gpu-bind none"}},
+    {"too few in CUDA_VISIBLE_DEVICES",
+     kIsolate,
+     8,
+     "3,5",
+     3,
+     {},
+     {"node7", "3 ranks", "2 GPU(s)", "CUDA_VISIBLE_DEVICES=3,5", "--gpu-bind none"}},
+};
+
+// The values joined by " ", nullopt as "-" and "" as "''", so that a failed check shows them.
+std::string shown(const std::vector<std::string> &values) {
+  std::string out;
+  for (const std::string &value : values) {
+    out += (out.empty() ? "" : " ") + (value.empty() ? std::string("''") : value);
+  }
+  return out;
+}
+
+std::string shown(const std::vector<std::optional<std::string>> &values) {
+  std::vector<std::string> out;
+  for (const auto &value : values) out.push_back(value ? *value : "-");
+  return shown(out);
+}
+
+TEST_CASE("allot_gpus table") {
+  for (const Case &c : kCases) {
+    CAPTURE(c.name);
+    const HostGpuFacts facts{c.gpu_count, c.cuda_visible_devices};
+    if (c.error.empty()) {
+      std::vector<std::optional<std::string>> values;
+      REQUIRE_NOTHROW(values = allot_gpus(c.bind, facts, c.local_size, "node7"));
+      CHECK(shown(values) == shown(c.expected));
+      continue;
+    }
+    std::string message;
+    try {
+      allot_gpus(c.bind, facts, c.local_size, "node7");
+    } catch (const InputError &error) {
+      message = error.what();
+    }
+    REQUIRE_MESSAGE(!message.empty(), "expected an InputError");
+    for (const std::string &part : c.error) {
+      CAPTURE(message);
+      CHECK_MESSAGE(message.find(part) != std::string::npos, "missing: ", part);
+    }
+  }
+}
+
+TEST_CASE("kNone never yields a value") {
+  for (int local_size = 0; local_size <= 16; ++local_size) {
+    for (const HostGpuFacts &facts : {HostGpuFacts{std::nullopt, std::nullopt},
+                                      HostGpuFacts{1, std::nullopt}, HostGpuFacts{8, "0,1"}}) {
+      const auto values = allot_gpus(GpuBind::kNone, facts, local_size, "h");
+      CHECK(values.size() == static_cast<size_t>(local_size));
+      for (const auto &value : values) CHECK_FALSE(value.has_value());
+    }
+  }
+}
+
+TEST_CASE("isolate gives each rank a distinct entry of the list that list mode gives") {
+  for (int gpus = 1; gpus <= 8; ++gpus) {
+    for (int local_size = 1; local_size <= gpus; ++local_size) {
+      const HostGpuFacts facts{gpus, std::nullopt};
+      const auto listed = allot_gpus(GpuBind::kList, facts, local_size, "h");
+      const auto isolated = allot_gpus(GpuBind::kIsolate, facts, local_size, "h");
+      REQUIRE(listed.size() == static_cast<size_t>(local_size));
+      REQUIRE(isolated.size() == static_cast<size_t>(local_size));
+      std::string joined;
+      for (const auto &value : isolated) joined += (joined.empty() ? "" : ",") + value.value();
+      for (const auto &value : listed) CHECK(value.value() == joined);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace perseus::launch
