@@ -17,6 +17,17 @@ namespace {
 
 using launch::InputError;
 
+constexpr const char *kDescription =
+    "Start a distributed training job. Single-dash long options work as in mpirun: -np 4,\n"
+    "-hostfile FILE, -npernode 8.";
+
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App *, std::string) const override {
+    return "Usage: perseusrun [options] [--] program [args...]\n";
+  }
+};
+
 constexpr const char *kExamples = R"(Examples:
   perseusrun -np 8 -H localhost:8 python train.py
   perseusrun -np 32 -npernode 8 -hostfile mpi_host.txt ./train.sh
@@ -34,7 +45,8 @@ See docs/USAGE.md for everything.)";
 struct RawOptions {
   std::string np, npernode, map_by = "slot", gpu_bind = "list", kill_grace = "5", timeout,
                              master_port, bind_to = "none";
-  std::vector<std::string> hosts, exports, mca;
+  std::vector<std::string> hosts, exports;
+  std::vector<std::pair<std::string, std::string>> mca;
   std::string hostfile, output_directory, working_directory;
   bool oversubscribe = false, display_map = false, verbose = false, help = false,
        version = false, ignored = false;
@@ -52,7 +64,6 @@ void add_options(CLI::App &app, RawOptions &raw) {
   app.add_option("-x", raw.exports, "Pass VAR, or set VAR=value, for every rank (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--mca", raw.mca, "Open MPI parameter NAME VALUE: ranks get OMPI_MCA_NAME")
-      ->expected(2)
       ->allow_extra_args(false);
   app.add_option("--output-filename", raw.output_directory,
                  "Also write each rank's output to DIR/1/rank.N/{stdout,stderr}");
@@ -69,9 +80,10 @@ void add_options(CLI::App &app, RawOptions &raw) {
                "Accepted for mpirun scripts (no effect)");
 }
 
-// Number of words an option takes after it (0 for flags).
+// Number of words an option takes after it: 0 for flags, 2 for -mca, else 1.
 int value_count(const CLI::Option *option) {
-  return option->get_type_size() == 0 ? 0 : std::max(1, option->get_expected_min());
+  if (option->get_expected_min() == 0) return 0;
+  return std::max(1, option->get_type_size_max());
 }
 
 const CLI::Option *find_option(const CLI::App &app, const std::string &word) {
@@ -117,6 +129,11 @@ std::string suggestion(const CLI::App &app, const std::string &word) {
   return best.empty() ? "" : " (did you mean " + best + "?)";
 }
 
+// "-np $UNSET" is an error, not the default.
+[[noreturn]] void refuse_empty(const std::string &flag) {
+  throw InputError(flag + " '': expected a value; leave " + flag + " out to get its default");
+}
+
 std::vector<std::string> split_options(const CLI::App &app, const std::vector<std::string> &args,
                                        std::vector<std::string> &command) {
   std::vector<std::string> options;
@@ -141,9 +158,12 @@ std::vector<std::string> split_options(const CLI::App &app, const std::vector<st
                        "; see perseusrun --help");
     }
     options.push_back(word);
+    const std::string flag = args[i].substr(0, args[i].find('='));
+    if (has_value && word.back() == '=') refuse_empty(flag);
     if (option && !has_value) {
       for (int v = 0; v < value_count(option) && i + 1 < args.size(); ++v) {
         options.push_back(args[++i]);
+        if (options.back().empty()) refuse_empty(flag);
       }
     }
   }
@@ -208,7 +228,7 @@ launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> c
                                                 {"none", launch::GpuBind::kNone}});
   config.oversubscribe = raw.oversubscribe;
   config.exports = raw.exports;
-  for (size_t i = 0; i + 1 < raw.mca.size(); i += 2) config.mca.emplace_back(raw.mca[i], raw.mca[i + 1]);
+  config.mca = raw.mca;
   config.output_directory = raw.output_directory;
   config.kill_grace_seconds = to_seconds(raw.kill_grace, "--kill-grace");
   if (!raw.timeout.empty()) config.timeout_seconds = to_seconds(raw.timeout, "--timeout");
@@ -237,7 +257,7 @@ CommandLine parse_command_line(const std::vector<std::string> &args) {
     result.mode = Mode::kAgent;
     return result;
   }
-  CLI::App app("perseusrun: start a distributed training job", "perseusrun");
+  CLI::App app(kDescription, "perseusrun");
   app.set_help_flag();
   RawOptions raw;
   add_options(app, raw);
@@ -259,14 +279,13 @@ CommandLine parse_command_line(const std::vector<std::string> &args) {
 }
 
 std::string help_text() {
-  CLI::App app("perseusrun: start a distributed training job", "perseusrun");
+  CLI::App app(kDescription, "perseusrun");
   app.set_help_flag();
   RawOptions raw;
   add_options(app, raw);
+  app.formatter(std::make_shared<HelpFormatter>());
   app.footer(kExamples);
-  return "Usage: perseusrun [options] [--] program [args...]\n"
-         "Single-dash long options work as in mpirun: -np 4, -hostfile FILE, -npernode 8.\n\n" +
-         app.help();
+  return app.help();
 }
 
 std::string version_text() {

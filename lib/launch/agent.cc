@@ -97,7 +97,8 @@ class Agent {
   void start_ranks();
   void loop();
   void poll_once();
-  void handle_frames();
+  void read_frames();
+  void handle_frames(const std::vector<Frame> &frames);
   void handle_signals();
   void reap_children();
   void read_output(Rank &rank, OutputStream stream, UniqueFd &pipe);
@@ -113,6 +114,7 @@ class Agent {
   FrameChannel channel_;
   UniqueFd signals_;
   JobDescription job_;
+  std::vector<Frame> early_frames_;
   std::vector<Rank> ranks_;
   bool launcher_gone_ = false;
   bool terminating_ = false;
@@ -136,6 +138,7 @@ int Agent::run() {
   } catch (const LaunchError &error) {
     fail(error.what(), error.exit_code());
   }
+  handle_frames(early_frames_);
   loop();
   if (!launcher_gone_) {
     channel_.send(FrameType::kDone, "");
@@ -157,6 +160,8 @@ bool Agent::receive_job() {
   }
   if (frames.front().type != FrameType::kJob) return false;
   job_ = decode_job(frames.front().payload, channel_.peer());
+  // Stdin for rank 0, even its end, may have come in the same read: keep it for later.
+  early_frames_.assign(frames.begin() + 1, frames.end());
   return true;
 }
 
@@ -210,7 +215,7 @@ void Agent::poll_once() {
   const int timeout = terminating_ || ranks_.empty() ? static_cast<int>(kRescanMs) : 1000;
   if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) throw_system_error("poll", "");
   if (fds[0].revents) handle_signals();
-  if (fds[1].revents) handle_frames();
+  if (fds[1].revents) read_frames();
   if (fds[2].revents && !channel_.flush()) launcher_gone_ = true;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     Rank &rank = ranks_[i];
@@ -222,12 +227,13 @@ void Agent::poll_once() {
   if (launcher_gone_) terminate(std::min(job_.kill_grace_seconds, kLostLauncherGrace));
 }
 
-void Agent::handle_frames() {
+void Agent::read_frames() {
   std::vector<Frame> frames;
-  if (!channel_.read_available(frames)) {
-    launcher_gone_ = true;
-    return;
-  }
+  if (!channel_.read_available(frames)) launcher_gone_ = true;
+  handle_frames(frames);
+}
+
+void Agent::handle_frames(const std::vector<Frame> &frames) {
   for (const Frame &frame : frames) {
     if (frame.type == FrameType::kTerminate) {
       terminate(decode_terminate(frame.payload, channel_.peer()).grace_seconds);

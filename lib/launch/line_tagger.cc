@@ -1,5 +1,7 @@
 #include "lib/launch/line_tagger.h"
 
+#include <algorithm>
+
 namespace perseus::launch {
 
 std::string LineTagger::tag_for(int rank, bool is_stderr) {
@@ -9,28 +11,37 @@ std::string LineTagger::tag_for(int rank, bool is_stderr) {
 void LineTagger::feed(std::string_view bytes) {
   while (!bytes.empty()) {
     const size_t newline = bytes.find('\n');
-    if (newline == std::string_view::npos) {
-      partial_.append(bytes);
-      while (partial_.size() >= kMaxLine) {
-        emit(std::string_view(partial_).substr(0, kMaxLine));
-        partial_.erase(0, kMaxLine);
+    std::string_view line = bytes.substr(0, newline);
+    bytes.remove_prefix(newline == std::string_view::npos ? bytes.size() : newline + 1);
+    if (partial_.empty() && !piece_sent_ && newline != std::string_view::npos &&
+        line.size() < kMaxLine) {
+      emit(line);  // the common case: a whole line in one chunk, no copy
+      piece_sent_ = false;
+      continue;
+    }
+    while (!line.empty()) {
+      const size_t take = std::min(line.size(), kMaxLine - partial_.size());
+      partial_.append(line.substr(0, take));
+      line.remove_prefix(take);
+      if (partial_.size() == kMaxLine) {
+        emit(partial_);
+        partial_.clear();
+        piece_sent_ = true;
       }
-      return;
     }
-    if (partial_.empty()) {
-      emit(bytes.substr(0, newline));
-    } else {
-      partial_.append(bytes.substr(0, newline));
-      emit(partial_);
+    if (newline != std::string_view::npos) {
+      // A line of exactly kMaxLine bytes has been sent whole: its newline adds nothing.
+      if (!partial_.empty() || !piece_sent_) emit(partial_);
       partial_.clear();
+      piece_sent_ = false;
     }
-    bytes.remove_prefix(newline + 1);
   }
 }
 
 void LineTagger::finish() {
   if (!partial_.empty()) emit(partial_);
   partial_.clear();
+  piece_sent_ = false;
 }
 
 void LineTagger::emit(std::string_view line) {

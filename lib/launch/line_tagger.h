@@ -32,6 +32,7 @@ class LineTagger {
   std::string tag_;
   Sink sink_;
   std::string partial_;
+  bool piece_sent_ = false;  // part of the current line went out as a kMaxLine piece
 };
 
 }  // namespace perseus::launch

@@ -12,16 +12,19 @@
 namespace perseus::launch {
 
 std::optional<pid_t> parse_stat_parent(std::string_view stat) {
-  const size_t close = stat.rfind(')');
-  if (close == std::string_view::npos || close + 4 > stat.size()) return std::nullopt;
-  // After the name: " <state> <ppid> ..."
+  // "<pid> (<name>) <state> <ppid> ..."
+  const size_t open = stat.find(" (");
+  const size_t close = stat.rfind(") ");
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open) {
+    return std::nullopt;
+  }
   std::string_view rest = stat.substr(close + 2);
-  const size_t space = rest.find(' ');
-  if (space == std::string_view::npos) return std::nullopt;
-  rest.remove_prefix(space + 1);
-  pid_t parent = 0;
+  if (rest.size() < 3 || rest[1] != ' ') return std::nullopt;
+  rest.remove_prefix(2);
+  pid_t parent = -1;
   const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), parent);
-  if (error != std::errc() || end == rest.data()) return std::nullopt;
+  if (error != std::errc() || end == rest.data() || parent < 0) return std::nullopt;
+  if (end != rest.data() + rest.size() && *end != ' ') return std::nullopt;
   return parent;
 }
 
