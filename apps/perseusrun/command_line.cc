@@ -44,12 +44,12 @@ See docs/USAGE.md for everything.)";
 // The values given on the command line, as written; converted and checked in `to_config`.
 struct RawOptions {
   std::string np, npernode, map_by = "slot", gpu_bind = "list", kill_grace = "5", timeout,
-                             master_port, bind_to = "none";
+                            master_port, bind_to = "none";
   std::vector<std::string> hosts, exports;
   std::vector<std::pair<std::string, std::string>> mca;
   std::string hostfile, output_directory, working_directory;
-  bool oversubscribe = false, display_map = false, verbose = false, help = false,
-       version = false, ignored = false;
+  bool oversubscribe = false, display_map = false, verbose = false, help = false, version = false,
+       ignored = false;
 };
 
 void add_options(CLI::App &app, RawOptions &raw) {
@@ -172,7 +172,8 @@ std::vector<std::string> split_options(const CLI::App &app, const std::vector<st
   return options;
 }
 
-int to_int(const std::string &value, const std::string &flag, int minimum, const std::string &what) {
+int to_int(const std::string &value, const std::string &flag, int minimum,
+           const std::string &what) {
   int number = 0;
   const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
   if (error != std::errc() || end != value.data() + value.size() || number < minimum) {
@@ -219,9 +220,8 @@ launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> c
   }
   config.host_lists = raw.hosts;
   config.hostfile = raw.hostfile;
-  config.map_by = to_choice<launch::MapBy>(raw.map_by, "--map-by",
-                                           {{"slot", launch::MapBy::kSlot},
-                                            {"node", launch::MapBy::kNode}});
+  config.map_by = to_choice<launch::MapBy>(
+      raw.map_by, "--map-by", {{"slot", launch::MapBy::kSlot}, {"node", launch::MapBy::kNode}});
   config.gpu_bind = to_choice<launch::GpuBind>(raw.gpu_bind, "--gpu-bind",
                                                {{"list", launch::GpuBind::kList},
                                                 {"isolate", launch::GpuBind::kIsolate},

@@ -126,8 +126,8 @@ class Agent {
 int Agent::run() {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
-  Hello hello{PERSEUS_VERSION, kProtocolVersion, local_hostname(), usable_cpu_count(),
-              probe_gpu_count(), std::nullopt};
+  Hello hello{PERSEUS_VERSION,    kProtocolVersion,  local_hostname(),
+              usable_cpu_count(), probe_gpu_count(), std::nullopt};
   if (const char *visible = getenv("CUDA_VISIBLE_DEVICES")) hello.cuda_visible_devices = visible;
   channel_.send(FrameType::kHello, encode(hello));
   if (!receive_job()) return kExitLaunchFailure;
@@ -153,8 +153,9 @@ int Agent::run() {
 bool Agent::receive_job() {
   std::vector<Frame> frames;
   while (frames.empty()) {
-    pollfd fds[2] = {{channel_.read_fd(), POLLIN, 0},
-                     {channel_.write_fd(), static_cast<short>(channel_.wants_write() ? POLLOUT : 0), 0}};
+    pollfd fds[2] = {
+        {channel_.read_fd(), POLLIN, 0},
+        {channel_.write_fd(), static_cast<short>(channel_.wants_write() ? POLLOUT : 0), 0}};
     poll(fds, 2, -1);
     if (!channel_.flush() || !channel_.read_available(frames)) return false;
   }
@@ -367,8 +368,7 @@ int run_agent() {
   } catch (const std::exception &error) {
     // The launcher reports this as the agent's end; stderr reaches the user either way. No
     // process of the job may outlive the agent.
-    fprintf(stderr, "perseusrun agent on %s: error: %s\n", local_hostname().c_str(),
-            error.what());
+    fprintf(stderr, "perseusrun agent on %s: error: %s\n", local_hostname().c_str(), error.what());
     while (signal_descendants(getpid(), SIGKILL) > 0) {
       while (waitpid(-1, nullptr, WNOHANG) > 0) {
       }

@@ -103,8 +103,7 @@ JobDescription decode_job(const std::string &payload, const std::string &peer) {
     m.stdin_rank = j.at("stdin_rank").get<int>();
     m.kill_grace_seconds = j.at("kill_grace").get<double>();
     for (const auto &rank : j.at("ranks")) {
-      m.ranks.push_back(
-          RankLaunch{rank.at("rank").get<int>(), decode_environment(rank.at("env"))});
+      m.ranks.push_back(RankLaunch{rank.at("rank").get<int>(), decode_environment(rank.at("env"))});
     }
     return m;
   });
@@ -125,8 +124,8 @@ std::string encode(const RankExited &m) {
 
 RankExited decode_exited(const std::string &payload, const std::string &peer) {
   return from_payload(payload, peer, "exited", [](const json &j) {
-    return RankExited{j.at("rank").get<int>(), j.at("pid").get<int>(),
-                      j.at("exit_code").get<int>(), j.at("signal").get<int>()};
+    return RankExited{j.at("rank").get<int>(), j.at("pid").get<int>(), j.at("exit_code").get<int>(),
+                      j.at("signal").get<int>()};
   });
 }
 

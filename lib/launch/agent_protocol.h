@@ -27,7 +27,7 @@ struct Hello {
   int protocol = kProtocolVersion;
   std::string hostname;
   int cpu_count = 1;
-  std::optional<int> gpu_count;                      // nullopt: no NVIDIA driver found
+  std::optional<int> gpu_count;                     // nullopt: no NVIDIA driver found
   std::optional<std::string> cuda_visible_devices;  // the host's own setting, if any
 };
 
@@ -43,7 +43,7 @@ struct JobDescription {
   std::string host_label;  // the host as the user named it, for messages
   std::vector<std::string> argv;
   std::string working_directory;
-  int stdin_rank = -1;  // the rank that gets the launcher's stdin; -1: none on this host
+  int stdin_rank = -1;            // the rank that gets the launcher's stdin; -1: none on this host
   double kill_grace_seconds = 5;  // SIGTERM to SIGKILL, for leftovers and a lost launcher
   std::vector<RankLaunch> ranks;
 };

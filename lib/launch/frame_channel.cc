@@ -57,8 +57,8 @@ void FrameChannel::parse_frames(std::vector<Frame> &frames) {
     const auto type = static_cast<uint8_t>(header[0]);
     const uint32_t length = decode_length(header);
     if (!known_type(type) || length > kMaxFramePayload) {
-      throw LaunchError("malformed message from the " + peer_ + " (type " +
-                        std::to_string(type) + ", length " + std::to_string(length) +
+      throw LaunchError("malformed message from the " + peer_ + " (type " + std::to_string(type) +
+                        ", length " + std::to_string(length) +
                         "): is the same perseusrun version installed on both ends?");
     }
     if (read_buffer_.size() - offset - kFrameHeaderSize < length) break;

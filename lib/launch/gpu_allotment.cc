@@ -41,8 +41,8 @@ void refuse_shared_gpus(const HostGpuFacts &facts, size_t devices, int local_siz
   std::string source = facts.cuda_visible_devices
                            ? "CUDA_VISIBLE_DEVICES=" + *facts.cuda_visible_devices
                            : "the driver";
-  throw InputError("host " + host + " would run " + std::to_string(local_size) +
-                   " ranks on " + std::to_string(devices) + " GPU(s) (from " + source +
+  throw InputError("host " + host + " would run " + std::to_string(local_size) + " ranks on " +
+                   std::to_string(devices) + " GPU(s) (from " + source +
                    "), so two ranks would share a GPU; run at most " + std::to_string(devices) +
                    " ranks there (-npernode, -H " + host + ":" + std::to_string(devices) +
                    "), or use --gpu-bind none for ranks that do not each need a GPU");

@@ -22,7 +22,7 @@ namespace perseus::launch {
 enum class GpuBind { kList, kIsolate, kNone };
 
 struct HostGpuFacts {
-  std::optional<int> gpu_count;                      // nullopt: no driver
+  std::optional<int> gpu_count;                     // nullopt: no driver
   std::optional<std::string> cuda_visible_devices;  // the host's own setting
 };
 

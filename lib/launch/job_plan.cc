@@ -32,8 +32,8 @@ JobDescription describe_host(const LaunchConfig &config, const JobPlan &plan, si
   if (auto visible = exported_value(exported, "CUDA_VISIBLE_DEVICES")) {
     gpus.cuda_visible_devices = visible;
   }
-  const auto devices = allot_gpus(config.gpu_bind, gpus, static_cast<int>(local_ranks.size()),
-                                  job.host_label);
+  const auto devices =
+      allot_gpus(config.gpu_bind, gpus, static_cast<int>(local_ranks.size()), job.host_label);
   for (size_t i = 0; i < local_ranks.size(); ++i) {
     RankLaunch launch{local_ranks[i], exported};
     const EnvironmentChanges own = rank_environment(plan.placement, local_ranks[i], facts);
@@ -58,8 +58,7 @@ std::string host_key(const std::string &user, const std::string &host) {
   return user.empty() ? host : user + "@" + host;
 }
 
-EnvironmentChanges exported_environment(const LaunchConfig &config,
-                                        const EnvironmentLookup &lookup,
+EnvironmentChanges exported_environment(const LaunchConfig &config, const EnvironmentLookup &lookup,
                                         std::vector<std::string> &warnings) {
   EnvironmentChanges exported;
   for (const std::string &entry : config.exports) {
@@ -83,17 +82,16 @@ EnvironmentChanges exported_environment(const LaunchConfig &config,
 
 JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
                  const BareSlots &bare_slots,
-                 const std::function<const Hello &(const Host &)> &hello_of,
-                 const JobFacts &facts, const EnvironmentChanges &exported) {
+                 const std::function<const Hello &(const Host &)> &hello_of, const JobFacts &facts,
+                 const EnvironmentChanges &exported) {
   JobPlan plan;
   plan.hosts = merge_hosts(mentions, bare_slots);
   std::vector<PlacementHost> capacity;
   for (const Host &host : plan.hosts) capacity.push_back({host.slots, host.max_slots});
-  plan.placement = place_ranks(
-      capacity, {config.np, config.npernode, config.map_by, config.oversubscribe});
+  plan.placement =
+      place_ranks(capacity, {config.np, config.npernode, config.map_by, config.oversubscribe});
   for (size_t i = 0; i < plan.hosts.size(); ++i) {
-    plan.jobs.push_back(
-        describe_host(config, plan, i, hello_of(plan.hosts[i]), facts, exported));
+    plan.jobs.push_back(describe_host(config, plan, i, hello_of(plan.hosts[i]), facts, exported));
   }
   return plan;
 }

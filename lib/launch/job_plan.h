@@ -25,16 +25,15 @@ struct JobPlan {
 using EnvironmentLookup = std::function<std::optional<std::string>(const std::string &)>;
 
 // -x and -mca as variables for the ranks. `-x VAR` of an unset VAR adds a line to `warnings`.
-EnvironmentChanges exported_environment(const LaunchConfig &config,
-                                        const EnvironmentLookup &lookup,
+EnvironmentChanges exported_environment(const LaunchConfig &config, const EnvironmentLookup &lookup,
                                         std::vector<std::string> &warnings);
 
 // `hellos[i]` belongs to the host `host_key(hosts[i])` of the merged list; `bare_slots` decides
 // the slots of bare mentions. Throws InputError for requests the hosts cannot satisfy.
 JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
                  const BareSlots &bare_slots,
-                 const std::function<const Hello &(const Host &)> &hello_of,
-                 const JobFacts &facts, const EnvironmentChanges &exported);
+                 const std::function<const Hello &(const Host &)> &hello_of, const JobFacts &facts,
+                 const EnvironmentChanges &exported);
 
 std::string host_key(const std::string &user, const std::string &host);
 

@@ -19,7 +19,7 @@ struct LaunchConfig {
   MapBy map_by = MapBy::kSlot;
   bool oversubscribe = false;
   GpuBind gpu_bind = GpuBind::kList;
-  std::vector<std::string> exports;                        // -x values as written
+  std::vector<std::string> exports;                      // -x values as written
   std::vector<std::pair<std::string, std::string>> mca;  // -mca NAME VALUE
   std::string output_directory;
   double kill_grace_seconds = 5;

@@ -74,8 +74,7 @@ void check_port_free(int port) {
 
 std::vector<HostSpec> host_mentions(const LaunchConfig &config) {
   if (!config.host_lists.empty() && !config.hostfile.empty()) {
-    throw InputError("both -H and -hostfile " + config.hostfile +
-                     " name hosts; give one of them");
+    throw InputError("both -H and -hostfile " + config.hostfile + " name hosts; give one of them");
   }
   std::vector<HostSpec> mentions;
   for (const std::string &list : config.host_lists) {
@@ -161,8 +160,9 @@ int Launcher::run() {
   output_ = std::make_unique<OutputRouter>(plan_.placement.size(), config_.output_directory);
   for (size_t i = 0; i < plan_.hosts.size(); ++i) {
     const Host &host = plan_.hosts[i];
-    agents_.at(host_key(host.user, host.host)).link->channel().send(FrameType::kJob,
-                                                                     encode(plan_.jobs[i]));
+    agents_.at(host_key(host.user, host.host))
+        .link->channel()
+        .send(FrameType::kJob, encode(plan_.jobs[i]));
   }
   // Reading a terminal from the background would stop perseusrun (SIGTTIN).
   stdin_open_ = !isatty(STDIN_FILENO) || tcgetpgrp(STDIN_FILENO) == getpgrp();
@@ -208,8 +208,8 @@ void Launcher::collect_hellos() {
     }
     Hello hello = decode_hello(frames.front().payload, agent.link->channel().peer());
     if (hello.version != PERSEUS_VERSION || hello.protocol != kProtocolVersion) {
-      throw LaunchError("the agent on " + agent.link->host() + " runs perseusrun " +
-                        hello.version + ", this is " + PERSEUS_VERSION +
+      throw LaunchError("the agent on " + agent.link->host() + " runs perseusrun " + hello.version +
+                        ", this is " + PERSEUS_VERSION +
                         "; install the same version on every host");
     }
     agent.hello = std::move(hello);
@@ -237,7 +237,8 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
         return value ? std::optional<std::string>(value) : std::nullopt;
       },
       warnings);
-  for (const std::string &warning : warnings) fprintf(stderr, "perseusrun: warning: %s\n", warning.c_str());
+  for (const std::string &warning : warnings)
+    fprintf(stderr, "perseusrun: warning: %s\n", warning.c_str());
   if (config_.master_port) check_port_free(config_.master_port);
   const JobFacts facts{job_id(), "127.0.0.1",
                        config_.master_port ? config_.master_port : free_port()};
@@ -345,15 +346,19 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
 // failures the job did not cause itself by ending.
 void Launcher::report_failures() {
   if (new_failures_.empty()) return;
-  const RankExited &first = *std::min_element(
-      new_failures_.begin(), new_failures_.end(),
-      [](const RankExited &a, const RankExited &b) { return a.rank < b.rank; });
+  const RankExited &first =
+      *std::min_element(new_failures_.begin(), new_failures_.end(),
+                        [](const RankExited &a, const RankExited &b) { return a.rank < b.rank; });
   failure_ = first;
   new_failures_.clear();
   const std::string &host =
-      plan_.hosts[static_cast<size_t>(plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)].host;
+      plan_
+          .hosts[static_cast<size_t>(
+              plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)]
+          .host;
   if (first.signal) {
-    fprintf(stderr, "perseusrun: rank %d (host %s, pid %d) was killed by signal %d (%s); ending the job\n",
+    fprintf(stderr,
+            "perseusrun: rank %d (host %s, pid %d) was killed by signal %d (%s); ending the job\n",
             first.rank, host.c_str(), first.pid, first.signal, signal_name(first.signal).c_str());
   } else {
     fprintf(stderr, "perseusrun: rank %d (host %s, pid %d) exited with code %d; ending the job\n",
@@ -393,7 +398,8 @@ void Launcher::forward_stdin() {
   char buffer[64 * 1024];
   const ssize_t n = retry_on_eintr([&] { return ::read(STDIN_FILENO, buffer, sizeof buffer); });
   if (n > 0 && agent) {
-    agent->link->channel().send(FrameType::kStdin, std::string_view(buffer, static_cast<size_t>(n)));
+    agent->link->channel().send(FrameType::kStdin,
+                                std::string_view(buffer, static_cast<size_t>(n)));
     stdin_in_flight_ += static_cast<size_t>(n);
     return;
   }

@@ -61,8 +61,8 @@ OutputRouter::Stream &OutputRouter::stream(int rank, OutputStream which) {
 void OutputRouter::write(const OutputChunk &chunk) {
   Stream &s = stream(chunk.rank, chunk.stream);
   if (s.file.valid() && !write_all(s.file.get(), chunk.bytes)) {
-    throw_system_error("write", "to the --output-filename file of rank " +
-                                    std::to_string(chunk.rank));
+    throw_system_error("write",
+                       "to the --output-filename file of rank " + std::to_string(chunk.rank));
   }
   s.tagger->feed(chunk.bytes);
 }

@@ -87,8 +87,8 @@ std::string resolve_program(const std::string &name, const std::string &path,
   std::stringstream directories(path);
   std::string first_match;
   for (std::string directory; std::getline(directories, directory, ':');) {
-    const std::string candidate = absolute((directory.empty() ? "." : directory) + "/" + name,
-                                           working_directory);
+    const std::string candidate =
+        absolute((directory.empty() ? "." : directory) + "/" + name, working_directory);
     if (is_executable_file(candidate)) return candidate;
     if (first_match.empty() && ::access(candidate.c_str(), F_OK) == 0) first_match = candidate;
   }
@@ -112,7 +112,8 @@ RankProcess start_rank(const RankCommand &command) {
   }
   status.write_end.reset();
   int error = 0;
-  const ssize_t n = retry_on_eintr([&] { return ::read(status.read_end.get(), &error, sizeof error); });
+  const ssize_t n =
+      retry_on_eintr([&] { return ::read(status.read_end.get(), &error, sizeof error); });
   if (n == static_cast<ssize_t>(sizeof error)) {
     // The child has exited; the agent's SIGCHLD handling reaps it.
     throw LaunchError("cannot run '" + command.program + "' in " + command.working_directory +

@@ -12,11 +12,11 @@
 namespace perseus::launch {
 
 struct RankCommand {
-  std::string program;                // resolved path (see resolve_program)
-  std::vector<std::string> argv;      // argv[0] as the user wrote it
+  std::string program;                   // resolved path (see resolve_program)
+  std::vector<std::string> argv;         // argv[0] as the user wrote it
   std::vector<std::string> environment;  // "NAME=value"
   std::string working_directory;
-  bool gets_stdin = false;            // false: stdin is /dev/null
+  bool gets_stdin = false;  // false: stdin is /dev/null
 };
 
 struct RankProcess {
