@@ -13,12 +13,15 @@
 #include <map>
 #include <random>
 
+#include <spdlog/spdlog.h>
+
 #include "lib/launch/agent_link.h"
 #include "lib/launch/errors.h"
 #include "lib/launch/host_list_parser.h"
 #include "lib/launch/hostfile_parser.h"
 #include "lib/launch/job_plan.h"
 #include "lib/launch/local_host.h"
+#include "lib/launch/log.h"
 #include "lib/launch/output_router.h"
 #include "perseus/config.h"
 
@@ -151,6 +154,7 @@ UniqueFd block_signals() {
 }
 
 int Launcher::run() {
+  init_logging(config_.verbose, "perseusrun");
   const std::vector<HostSpec> mentions = host_mentions(config_);
   signals_ = block_signals();
   start_agents(mentions);
@@ -184,6 +188,7 @@ void Launcher::start_agents(const std::vector<HostSpec> &mentions) {
     if (agents_.count(key)) continue;
     agents_[key].link = start_local_agent(config_.agent_program, spec.host);
     agent_order_.push_back(key);
+    spdlog::debug("started the agent for {} ({})", key, config_.agent_program);
   }
 }
 
@@ -212,6 +217,10 @@ void Launcher::collect_hellos() {
                         ", this is " + PERSEUS_VERSION +
                         "; install the same version on every host");
     }
+    spdlog::debug("agent on {}: hostname {}, {} cores, {} GPUs, CUDA_VISIBLE_DEVICES {}",
+                  agent.link->host(), hello.hostname, hello.cpu_count,
+                  hello.gpu_count ? std::to_string(*hello.gpu_count) : "unknown (no driver)",
+                  hello.cuda_visible_devices.value_or("unset"));
     agent.hello = std::move(hello);
   }
 }
@@ -243,6 +252,9 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
   const JobFacts facts{job_id(), "127.0.0.1",
                        config_.master_port ? config_.master_port : free_port()};
   plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported);
+  spdlog::debug("job {}: {} ranks on {} nodes, MASTER_ADDR {} MASTER_PORT {}", facts.job_id,
+                plan_.placement.size(), plan_.placement.nodes.size(), facts.master_addr,
+                facts.master_port);
 }
 
 void Launcher::display_map() const {
@@ -326,16 +338,24 @@ void Launcher::handle_frame(Agent &agent, const Frame &frame) {
       end_job(config_.kill_grace_seconds);
       break;
     case FrameType::kDone:
+      spdlog::debug("the agent on {} is done", agent.link->host());
       agent.done = true;
       agent.link->reap(1000);
       break;
+    case FrameType::kStarted: {
+      const RankStarted started = decode_started(frame.payload, peer);
+      spdlog::debug("rank {} started on {} as pid {}", started.rank, agent.link->host(),
+                    started.pid);
+      break;
+    }
     default:
-      break;  // kStarted needs nothing: Exited carries the pid
+      break;
   }
 }
 
 void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
-  (void)agent;
+  spdlog::debug("rank {} (pid {}) on {} ended: exit code {}, signal {}", exited.rank, exited.pid,
+                agent.link->host(), exited.exit_code, exited.signal);
   if (exited.rank == 0) stdin_open_ = false;
   if ((exited.exit_code != 0 || exited.signal != 0) && !ending_) {
     new_failures_.push_back(exited);
@@ -408,6 +428,7 @@ void Launcher::forward_stdin() {
 }
 
 void Launcher::end_job(double grace_seconds) {
+  spdlog::debug("ending the job: SIGTERM to every rank, SIGKILL after {} s", grace_seconds);
   const std::string terminate = encode(Terminate{grace_seconds});
   for (auto &[key, agent] : agents_) {
     if (!agent.done) agent.link->channel().send(FrameType::kTerminate, terminate);
