@@ -533,3 +533,35 @@ def own_addresses():
     addrs = [w for w in words if not w.startswith("127.") and w != "::1" and
              not w.lower().startswith("fe80:")]
     return sorted(addrs, key=lambda a: ":" in a)
+
+
+# ---- remote hosts: network namespaces running sshd (testhosts.py) --------------------------
+
+@pytest.fixture(scope="module")
+def test_hosts():
+    """Three SSH hosts (network namespaces on this machine, login user root), shared by the
+    tests of one module; skips when this machine cannot provide them (not root, no ip/sshd).
+    Tests must leave the hosts as they found them (restart what they stop)."""
+    from testhosts import TestHosts
+    with TestHosts(3) as hosts:
+        yield hosts
+
+
+@pytest.fixture
+def make_test_hosts():
+    """A factory make_test_hosts(count, **options) -> a started TestHosts of the test's own,
+    closed after the test (options: fast_user=True for a /bin/sh login user, ...)."""
+    from testhosts import TestHosts
+    made = []
+
+    def make(count, **options):
+        hosts = TestHosts(count, **options)
+        hosts.start()
+        made.append(hosts)
+        return hosts
+
+    yield make
+    errors = []
+    for hosts in reversed(made):
+        errors += hosts.close()
+    assert not errors, "clean-up of test hosts failed:\n" + "\n".join(errors)
