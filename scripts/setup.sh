@@ -16,6 +16,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   # tests and the main job
   python3 python3-pytest python3-numpy python3-torch procps iproute2 openssh-server
+  openssh-client iputils-ping passwd
   # benchmarks
   hyperfine
 )
