@@ -48,6 +48,9 @@ struct RawOptions {
   std::vector<std::string> hosts, exports;
   std::vector<std::pair<std::string, std::string>> mca;
   std::string hostfile, output_directory, working_directory;
+  std::string rsh = "libssh2", ssh_identity, ssh_user, ssh_port, ssh_timeout = "10", remote_program,
+              address, interface;
+  bool ssh_accept_new = false;
   bool oversubscribe = false, display_map = false, verbose = false, help = false, version = false,
        ignored = false;
 };
@@ -72,6 +75,17 @@ void add_options(CLI::App &app, RawOptions &raw) {
   app.add_option("--master-port", raw.master_port, "MASTER_PORT (default: a free port)");
   app.add_option("--wdir,--cwd", raw.working_directory, "Working directory of the ranks");
   app.add_flag("--display-map", raw.display_map, "Print where each rank runs");
+  app.add_option("--rsh", raw.rsh, "How to reach other hosts: libssh2 (default) or ssh (OpenSSH)");
+  app.add_option("--ssh-identity", raw.ssh_identity, "Private key to log in with (tried first)");
+  app.add_option("--ssh-user", raw.ssh_user, "User on other hosts (user@host in -H wins)");
+  app.add_option("--ssh-port", raw.ssh_port, "SSH port of other hosts (default 22)");
+  app.add_flag("--ssh-accept-new", raw.ssh_accept_new,
+               "Trust and record host keys not yet in ~/.ssh/known_hosts (never changed ones)");
+  app.add_option("--ssh-connect-timeout", raw.ssh_timeout, "Seconds to reach a host (default 10)");
+  app.add_option("--remote-perseusrun", raw.remote_program,
+                 "perseusrun's path on other hosts (default: the same as here)");
+  app.add_option("--addr", raw.address, "This machine's address as the other hosts reach it");
+  app.add_option("--iface", raw.interface, "Take this machine's address from this interface");
   app.add_flag("-v,--verbose", raw.verbose, "Say more about what perseusrun does");
   app.add_flag("-h,--help", raw.help, "Show this help");
   app.add_flag("--version", raw.version, "Show versions");
@@ -239,6 +253,22 @@ launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> c
     }
   }
   config.working_directory = raw.working_directory;
+  config.ssh.shell = to_choice<launch::RemoteShell>(
+      raw.rsh, "--rsh",
+      {{"libssh2", launch::RemoteShell::kLibssh2}, {"ssh", launch::RemoteShell::kOpenSsh}});
+  config.ssh.identity = raw.ssh_identity;
+  config.ssh.user = raw.ssh_user;
+  if (!raw.ssh_port.empty()) {
+    config.ssh.port = to_int(raw.ssh_port, "--ssh-port", 1, "a port from 1 to 65535");
+    if (config.ssh.port > 65535) {
+      throw InputError("--ssh-port '" + raw.ssh_port + "': expected a port from 1 to 65535");
+    }
+  }
+  config.ssh.accept_new = raw.ssh_accept_new;
+  config.ssh.connect_timeout_seconds = to_seconds(raw.ssh_timeout, "--ssh-connect-timeout");
+  config.ssh.remote_program = raw.remote_program;
+  config.ssh.address = raw.address;
+  config.ssh.interface = raw.interface;
   config.display_map = raw.display_map;
   config.verbose = raw.verbose;
   check_bind_to(raw.bind_to);

@@ -126,8 +126,12 @@ class Agent {
 int Agent::run() {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
-  Hello hello{PERSEUS_VERSION,    kProtocolVersion,  local_hostname(),
-              usable_cpu_count(), probe_gpu_count(), std::nullopt};
+  Hello hello;
+  hello.version = PERSEUS_VERSION;
+  hello.hostname = local_hostname();
+  hello.cpu_count = usable_cpu_count();
+  hello.gpu_count = probe_gpu_count();
+  hello.free_port = free_tcp_port();
   if (const char *visible = getenv("CUDA_VISIBLE_DEVICES")) hello.cuda_visible_devices = visible;
   channel_.send(FrameType::kHello, encode(hello));
   if (!receive_job()) return kExitLaunchFailure;

@@ -56,7 +56,8 @@ EnvironmentChanges decode_environment(const json &list) {
 
 std::string encode(const Hello &m) {
   json j = {{"version", m.version},     {"protocol", m.protocol}, {"hostname", m.hostname},
-            {"cpu_count", m.cpu_count}, {"gpu_count", nullptr},   {"cuda_visible", nullptr}};
+            {"cpu_count", m.cpu_count}, {"gpu_count", nullptr},   {"cuda_visible", nullptr},
+            {"free_port", m.free_port}};
   if (m.gpu_count) j["gpu_count"] = *m.gpu_count;
   if (m.cuda_visible_devices) j["cuda_visible"] = *m.cuda_visible_devices;
   return to_payload(j);
@@ -70,6 +71,7 @@ Hello decode_hello(const std::string &payload, const std::string &peer) {
     m.hostname = j.at("hostname").get<std::string>();
     m.cpu_count = j.at("cpu_count").get<int>();
     if (!j.at("gpu_count").is_null()) m.gpu_count = j.at("gpu_count").get<int>();
+    m.free_port = j.at("free_port").get<int>();
     if (!j.at("cuda_visible").is_null()) {
       m.cuda_visible_devices = j.at("cuda_visible").get<std::string>();
     }

@@ -29,6 +29,7 @@ struct Hello {
   int cpu_count = 1;
   std::optional<int> gpu_count;                     // nullopt: no NVIDIA driver found
   std::optional<std::string> cuda_visible_devices;  // the host's own setting, if any
+  int free_port = 0;  // a TCP port free on the host when the agent started (MASTER_PORT)
 };
 
 using EnvironmentChanges = std::vector<std::pair<std::string, std::string>>;

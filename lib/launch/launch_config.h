@@ -8,6 +8,7 @@
 
 #include "lib/launch/gpu_allotment.h"
 #include "lib/launch/placement.h"
+#include "lib/launch/ssh_options.h"
 
 namespace perseus::launch {
 
@@ -30,6 +31,7 @@ struct LaunchConfig {
   bool verbose = false;
   std::vector<std::string> command;  // program and its arguments
   std::string agent_program;         // this binary, started as the agent on each host
+  SshOptions ssh;
 };
 
 }  // namespace perseus::launch

@@ -23,6 +23,7 @@
 #include "lib/launch/local_host.h"
 #include "lib/launch/log.h"
 #include "lib/launch/output_router.h"
+#include "lib/launch/shell_quote.h"
 #include "perseus/config.h"
 
 namespace perseus::launch {
@@ -45,19 +46,6 @@ std::string job_id() {
 std::string signal_name(int signal) {
   const char *abbrev = sigabbrev_np(signal);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
-}
-
-// A port free on this host now: bound to port 0 and released, like torchrun does.
-int free_port() {
-  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  socklen_t length = sizeof address;
-  if (!fd.valid() || bind(fd.get(), reinterpret_cast<sockaddr *>(&address), length) != 0 ||
-      getsockname(fd.get(), reinterpret_cast<sockaddr *>(&address), &length) != 0) {
-    throw_system_error("bind", "to find a free port for MASTER_PORT");
-  }
-  return ntohs(address.sin_port);
 }
 
 void check_port_free(int port) {
@@ -85,13 +73,6 @@ std::vector<HostSpec> host_mentions(const LaunchConfig &config) {
   }
   if (!config.hostfile.empty()) mentions = read_hostfile(config.hostfile);
   if (mentions.empty()) mentions.push_back(HostSpec{"", "localhost", {}, {}, "default"});
-  for (const HostSpec &spec : mentions) {
-    if (!is_local_host(spec.host)) {
-      throw InputError("host '" + spec.host + "' (from " + spec.origin +
-                       ") is not this machine, and this build of perseusrun runs jobs on this "
-                       "machine only; use localhost");
-    }
-  }
   return mentions;
 }
 
@@ -107,7 +88,9 @@ class Launcher {
     bool done = false;
   };
 
+  std::unique_ptr<AgentLink> start_agent(const HostSpec &spec);
   void start_agents(const std::vector<HostSpec> &mentions);
+  std::string master_address(const Host &rank0_host) const;
   void collect_hellos();
   void plan(const std::vector<HostSpec> &mentions);
   void display_map() const;
@@ -182,14 +165,50 @@ int Launcher::run() {
   return kExitSuccess;
 }
 
+std::unique_ptr<AgentLink> Launcher::start_agent(const HostSpec &spec) {
+  if (is_local_host(spec.host))
+    return start_process_agent({config_.agent_program, "--agent"}, spec.host);
+  const SshOptions &ssh = config_.ssh;
+  const std::string program =
+      ssh.remote_program.empty() ? config_.agent_program : ssh.remote_program;
+  const std::string command = "exec " + shell_quote(program) + " --agent";
+  const std::string user = !spec.user.empty() ? spec.user : !ssh.user.empty() ? ssh.user : "";
+  if (ssh.shell == RemoteShell::kOpenSsh) {
+    std::vector<std::string> argv{
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=" + std::to_string(static_cast<int>(ssh.connect_timeout_seconds)),
+        "-o",
+        "ServerAliveInterval=10",
+        "-p",
+        std::to_string(ssh.port)};
+    if (!ssh.identity.empty()) argv.insert(argv.end(), {"-i", ssh.identity});
+    if (ssh.accept_new) argv.insert(argv.end(), {"-o", "StrictHostKeyChecking=accept-new"});
+    if (!user.empty()) argv.insert(argv.end(), {"-l", user});
+    argv.insert(argv.end(), {spec.host, "--", command});
+    return start_process_agent(argv, spec.host);
+  }
+  const SshTarget target{spec.host, user.empty() ? current_user() : user, ssh.port};
+  const SshSettings settings{ssh.identity, home_directory(), ssh.accept_new,
+                             static_cast<int>(ssh.connect_timeout_seconds * 1000)};
+  return start_ssh_agent(target, settings, command);
+}
+
 void Launcher::start_agents(const std::vector<HostSpec> &mentions) {
   for (const HostSpec &spec : mentions) {
     const std::string key = host_key(spec.user, spec.host);
     if (agents_.count(key)) continue;
-    agents_[key].link = start_local_agent(config_.agent_program, spec.host);
+    agents_[key].link = start_agent(spec);
     agent_order_.push_back(key);
-    spdlog::debug("started the agent for {} ({})", key, config_.agent_program);
+    spdlog::debug("started the agent for {}", key);
   }
+  // Every host is reached and its key checked before a command runs on any of them.
+  const long long deadline =
+      monotonic_ms() + static_cast<long long>(config_.ssh.connect_timeout_seconds * 1000) + 5000;
+  for (const std::string &key : agent_order_) agents_.at(key).link->wait_ready(deadline);
+  for (const std::string &key : agent_order_) agents_.at(key).link->start();
 }
 
 void Launcher::collect_hellos() {
@@ -200,12 +219,16 @@ void Launcher::collect_hellos() {
     while (frames.empty()) {
       const long long left = deadline - monotonic_ms();
       pollfd fd{agent.link->channel().read_fd(), POLLIN, 0};
-      if (left <= 0 || poll(&fd, 1, static_cast<int>(left)) == 0) {
+      if (left <= 0 || retry_on_eintr([&] { return poll(&fd, 1, static_cast<int>(left)); }) == 0) {
         throw LaunchError("the agent on " + agent.link->host() + " did not answer within " +
                           std::to_string(kHelloTimeoutMs / 1000) + " s");
       }
       if (!agent.link->channel().read_available(frames)) {
-        throw LaunchError("the agent on " + agent.link->host() + " ended before saying hello");
+        agent.link->reap(2000);
+        const std::string why = agent.link->failure();
+        throw LaunchError(why.empty()
+                              ? "the agent on " + agent.link->host() + " ended before saying hello"
+                              : why);
       }
     }
     if (frames.front().type != FrameType::kHello) {
@@ -248,13 +271,42 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
       warnings);
   for (const std::string &warning : warnings)
     fprintf(stderr, "perseusrun: warning: %s\n", warning.c_str());
-  if (config_.master_port) check_port_free(config_.master_port);
-  const JobFacts facts{job_id(), "127.0.0.1",
-                       config_.master_port ? config_.master_port : free_port()};
+  // MASTER_ADDR and MASTER_PORT depend on rank 0's host, known only after placement: plan
+  // once to find it, then again with the facts.
+  JobFacts facts{job_id(), "", 0};
+  plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported);
+  const Host &rank0_host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];
+  const Agent &rank0_agent = agents_.at(host_key(rank0_host.user, rank0_host.host));
+  if (config_.master_port && rank0_agent.link->peer_address().empty()) {
+    check_port_free(config_.master_port);
+  }
+  facts.master_addr = master_address(rank0_host);
+  facts.master_port = config_.master_port ? config_.master_port : rank0_agent.hello->free_port;
   plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported);
   spdlog::debug("job {}: {} ranks on {} nodes, MASTER_ADDR {} MASTER_PORT {}", facts.job_id,
                 plan_.placement.size(), plan_.placement.nodes.size(), facts.master_addr,
                 facts.master_port);
+}
+
+std::string Launcher::master_address(const Host &rank0_host) const {
+  const AgentLink &rank0 = *agents_.at(host_key(rank0_host.user, rank0_host.host)).link;
+  if (!is_local_host(rank0_host.host)) {
+    return rank0.peer_address().empty() ? rank0_host.host : rank0.peer_address();
+  }
+  if (!config_.ssh.address.empty()) return config_.ssh.address;
+  if (!config_.ssh.interface.empty()) {
+    const std::string address = interface_address(config_.ssh.interface);
+    if (address.empty()) {
+      throw InputError("--iface " + config_.ssh.interface +
+                       ": no such interface with an address on this machine (see 'ip addr')");
+    }
+    return address;
+  }
+  // Rank 0 is here: the address the other hosts reached us from, else loopback.
+  for (const auto &[key, agent] : agents_) {
+    if (!agent.link->local_address().empty()) return agent.link->local_address();
+  }
+  return "127.0.0.1";
 }
 
 void Launcher::display_map() const {
@@ -391,8 +443,9 @@ void Launcher::agent_ended(Agent &agent) {
   agent.done = true;
   agent.link->reap(1000);
   if (!ending_) {
-    fprintf(stderr, "perseusrun: error: the agent on %s ended unexpectedly; ending the job\n",
-            agent.link->host().c_str());
+    const std::string why = agent.link->failure();
+    fprintf(stderr, "perseusrun: error: the agent on %s ended unexpectedly%s; ending the job\n",
+            agent.link->host().c_str(), why.empty() ? "" : (" (" + why + ")").c_str());
     agent_error_ = AgentError{"agent ended", kExitLaunchFailure};
     end_job(config_.kill_grace_seconds);
   }

@@ -3,10 +3,14 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
+
+#include "lib/launch/system_call.h"
 
 namespace perseus::launch {
 
@@ -55,6 +59,44 @@ std::string local_hostname() {
 bool is_local_host(const std::string &host) {
   return host == "localhost" || is_loopback_literal(host) || host == local_hostname() ||
          is_interface_address(host);
+}
+
+std::string interface_address(const std::string &name) {
+  ifaddrs *list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string v4, v6;
+  for (ifaddrs *entry = list; entry; entry = entry->ifa_next) {
+    if (!entry->ifa_addr || name != entry->ifa_name) continue;
+    if (entry->ifa_addr->sa_family == AF_INET && v4.empty()) v4 = address_text(entry->ifa_addr);
+    if (entry->ifa_addr->sa_family == AF_INET6 && v6.empty()) v6 = address_text(entry->ifa_addr);
+  }
+  freeifaddrs(list);
+  return v4.empty() ? v6 : v4;
+}
+
+int free_tcp_port() {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  socklen_t length = sizeof address;
+  if (!fd.valid() || bind(fd.get(), reinterpret_cast<sockaddr *>(&address), length) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr *>(&address), &length) != 0) {
+    throw_system_error("bind", "to find a free port for MASTER_PORT");
+  }
+  return ntohs(address.sin_port);
+}
+
+std::string current_user() {
+  const passwd *entry = getpwuid(getuid());
+  if (entry) return entry->pw_name;
+  const char *user = getenv("USER");
+  return user ? user : "root";
+}
+
+std::string home_directory() {
+  if (const char *home = getenv("HOME"); home && *home) return home;
+  const passwd *entry = getpwuid(getuid());
+  return entry ? entry->pw_dir : "/";
 }
 
 int usable_cpu_count() {

@@ -11,6 +11,16 @@ bool is_local_host(const std::string &host);
 
 std::string local_hostname();
 
+// The first IPv4 address (else IPv6) of network interface `name`; "" if it has none.
+std::string interface_address(const std::string &name);
+
+// A TCP port that is free on this host now (bound to port 0 and released, as torchrun does).
+int free_tcp_port();
+
+// The user perseusrun runs as, and that user's home (for ~/.ssh).
+std::string current_user();
+std::string home_directory();
+
 // CPUs this process may run on (its affinity mask), at least 1.
 int usable_cpu_count();
 

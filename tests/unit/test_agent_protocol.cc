@@ -198,7 +198,8 @@ TEST_CASE("every truncation of a CBOR message throws LaunchError naming the peer
 
 TEST_CASE("CBOR messages of the wrong shape throw LaunchError naming the peer") {
   const json hello = {{"version", "0.1.0"}, {"protocol", 1},        {"hostname", "n"},
-                      {"cpu_count", 4},     {"gpu_count", nullptr}, {"cuda_visible", nullptr}};
+                      {"cpu_count", 4},     {"gpu_count", nullptr}, {"cuda_visible", nullptr},
+                      {"free_port", 29500}};
   REQUIRE_NOTHROW(decode_hello(cbor(hello), kPeer));
   for (const auto &[key, value] :
        std::vector<std::pair<std::string, json>>{{"version", 1},
@@ -206,7 +207,8 @@ TEST_CASE("CBOR messages of the wrong shape throw LaunchError naming the peer") 
                                                  {"hostname", json::array()},
                                                  {"cpu_count", "4"},
                                                  {"gpu_count", "8"},
-                                                 {"cuda_visible", 3}}) {
+                                                 {"cuda_visible", 3},
+                                                 {"free_port", "29500"}}) {
     CAPTURE(key);
     json wrong = hello;
     wrong[key] = value;

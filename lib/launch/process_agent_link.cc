@@ -9,11 +9,11 @@ namespace perseus::launch {
 
 namespace {
 
-class LocalAgentLink : public AgentLink {
+class ProcessAgentLink : public AgentLink {
  public:
-  LocalAgentLink(pid_t pid, FrameChannel channel, std::string host)
+  ProcessAgentLink(pid_t pid, FrameChannel channel, std::string host)
       : pid_(pid), channel_(std::move(channel)), host_(std::move(host)) {}
-  ~LocalAgentLink() override {
+  ~ProcessAgentLink() override {
     if (pid_ > 0) {
       kill();
       reap(1000);
@@ -45,11 +45,15 @@ class LocalAgentLink : public AgentLink {
 
 }  // namespace
 
-std::unique_ptr<AgentLink> start_local_agent(const std::string &program, const std::string &host) {
+std::unique_ptr<AgentLink> start_process_agent(const std::vector<std::string> &argv,
+                                               const std::string &host) {
+  std::vector<char *> args;
+  for (const std::string &arg : argv) args.push_back(const_cast<char *>(arg.c_str()));
+  args.push_back(nullptr);
   Pipe to_agent = make_pipe();
   Pipe from_agent = make_pipe();
   const pid_t pid = fork();
-  if (pid == -1) throw_system_error("fork", "for the local agent");
+  if (pid == -1) throw_system_error("fork", "for the agent of " + host);
   if (pid == 0) {
     // Its own process group: a Ctrl-C on the terminal reaches perseusrun alone, which then
     // ends the job in order.
@@ -60,10 +64,10 @@ std::unique_ptr<AgentLink> start_local_agent(const std::string &program, const s
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     for (int signal : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::signal(signal, SIG_DFL);
-    execl(program.c_str(), "perseusrun", "--agent", static_cast<char *>(nullptr));
+    execvp(args[0], args.data());
     _exit(kExitCannotExecute);
   }
-  return std::make_unique<LocalAgentLink>(
+  return std::make_unique<ProcessAgentLink>(
       pid,
       FrameChannel(std::move(from_agent.read_end), std::move(to_agent.write_end),
                    "agent on " + host),

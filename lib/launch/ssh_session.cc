@@ -1,0 +1,259 @@
+#include "lib/launch/ssh_session.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "lib/launch/errors.h"
+#include "lib/launch/known_hosts.h"
+
+namespace perseus::launch {
+
+namespace {
+
+constexpr int kKeepaliveSeconds = 10;
+constexpr size_t kRelayChunk = 64 * 1024;
+
+std::string address_of(const sockaddr_storage &address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in &>(address).sin_addr, text, sizeof text);
+  } else if (address.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6 &>(address).sin6_addr, text,
+              sizeof text);
+  }
+  return text;
+}
+
+// Connects without blocking longer than `timeout_ms`; returns errno-style failure text or "".
+std::string connect_with_timeout(int fd, const addrinfo &address, int timeout_ms) {
+  set_nonblocking(fd);
+  if (::connect(fd, address.ai_addr, address.ai_addrlen) != 0 && errno != EINPROGRESS) {
+    return std::strerror(errno);
+  }
+  pollfd p{fd, POLLOUT, 0};
+  const int ready = retry_on_eintr([&] { return poll(&p, 1, timeout_ms); });
+  if (ready == 0) return "no answer within " + std::to_string(timeout_ms / 1000) + " s";
+  int error = 0;
+  socklen_t length = sizeof error;
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+  if (error != 0) return std::strerror(error);
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return "";
+}
+
+std::string session_error(LIBSSH2_SESSION *session) {
+  char *message = nullptr;
+  libssh2_session_last_error(session, &message, nullptr, 0);
+  return message ? message : "unknown libssh2 error";
+}
+
+// Waits until the session's socket can make progress, or `relay` has data, or a second passes.
+void wait_socket(LIBSSH2_SESSION *session, int socket, int relay, bool want_relay) {
+  const int directions = libssh2_session_block_directions(session);
+  short events = 0;
+  if (directions & LIBSSH2_SESSION_BLOCK_INBOUND) events |= POLLIN;
+  if (directions & LIBSSH2_SESSION_BLOCK_OUTBOUND) events |= POLLOUT;
+  pollfd fds[2] = {{socket, static_cast<short>(events ? events : POLLIN), 0},
+                   {want_relay ? relay : -1, POLLIN, 0}};
+  poll(fds, 2, 1000);
+}
+
+}  // namespace
+
+void ssh_library_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { libssh2_init(0); });
+}
+
+SshSession::SshSession(const SshTarget &target, const SshSettings &settings)
+    : target_(target), settings_(settings) {
+  connect_socket();
+  session_ = libssh2_session_init();
+  if (!session_) fail("libssh2_session_init failed");
+  handshake();
+  verify_host_key(session_, target_.host, target_.port, settings_.home + "/.ssh/known_hosts",
+                  settings_.accept_new);
+  authenticate();
+  libssh2_keepalive_config(session_, 1, kKeepaliveSeconds);
+}
+
+SshSession::~SshSession() {
+  if (session_) {
+    libssh2_session_set_blocking(session_, 1);
+    libssh2_session_set_timeout(session_, 2000);
+    libssh2_session_disconnect(session_, "perseusrun: done");
+    libssh2_session_free(session_);
+  }
+}
+
+void SshSession::fail(const std::string &what) {
+  throw LaunchError("host " + target_.host + ": " + what);
+}
+
+void SshSession::connect_socket() {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo *found = nullptr;
+  const std::string port = std::to_string(target_.port);
+  if (const int error = getaddrinfo(target_.host.c_str(), port.c_str(), &hints, &found)) {
+    fail(std::string("cannot resolve the name: ") + gai_strerror(error));
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> list(found, freeaddrinfo);
+  std::string why;
+  for (const addrinfo *a = found; a; a = a->ai_next) {
+    UniqueFd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    if (!fd.valid()) continue;
+    why = connect_with_timeout(fd.get(), *a, settings_.connect_timeout_ms);
+    if (why.empty()) {
+      socket_ = std::move(fd);
+      sockaddr_storage address{};
+      socklen_t length = sizeof address;
+      getsockname(socket_.get(), reinterpret_cast<sockaddr *>(&address), &length);
+      local_address_ = address_of(address);
+      length = sizeof address;
+      getpeername(socket_.get(), reinterpret_cast<sockaddr *>(&address), &length);
+      peer_address_ = address_of(address);
+      return;
+    }
+  }
+  fail("cannot connect to port " + port + " (SSH): " + why +
+       "; check that the host is up and runs sshd (--ssh-port, --ssh-connect-timeout)");
+}
+
+void SshSession::handshake() {
+  libssh2_session_set_timeout(session_, settings_.connect_timeout_ms);
+  const std::pair<int, const char *> methods[] = {
+      {LIBSSH2_METHOD_CRYPT_CS, kSafeCiphers},
+      {LIBSSH2_METHOD_CRYPT_SC, kSafeCiphers},
+      {LIBSSH2_METHOD_MAC_CS, kSafeMacs},
+      {LIBSSH2_METHOD_MAC_SC, kSafeMacs},
+  };
+  for (const auto &[method, preference] : methods) {
+    if (libssh2_session_method_pref(session_, method, preference) != 0) {
+      fail("cannot restrict the SSH methods to " + std::string(preference) + ": " +
+           session_error(session_));
+    }
+  }
+  if (libssh2_session_handshake(session_, socket_.get()) != 0) {
+    fail("SSH handshake failed: " + session_error(session_) +
+         " (perseusrun allows only the ciphers " + kSafeCiphers + " and MACs " + kSafeMacs +
+         ", which are safe from the Terrapin attack; the server must offer one of each)");
+  }
+}
+
+void SshSession::authenticate() {
+  const std::string &user = target_.user;
+  const char *offered =
+      libssh2_userauth_list(session_, user.c_str(), static_cast<unsigned>(user.size()));
+  if (libssh2_userauth_authenticated(session_)) return;
+  std::vector<std::string> tried;
+  auto try_key = [&](const std::string &key) {
+    if (!std::filesystem::exists(key)) return false;
+    tried.push_back(key);
+    const std::string pub = key + ".pub";
+    return libssh2_userauth_publickey_fromfile_ex(
+               session_, user.c_str(), static_cast<unsigned>(user.size()),
+               std::filesystem::exists(pub) ? pub.c_str() : nullptr, key.c_str(), nullptr) == 0;
+  };
+  if (!settings_.identity.empty()) {
+    if (!std::filesystem::exists(settings_.identity)) {
+      fail("--ssh-identity " + settings_.identity + " does not exist");
+    }
+    if (try_key(settings_.identity)) return;
+  }
+  if (getenv("SSH_AUTH_SOCK")) {
+    tried.push_back("ssh-agent");
+    if (LIBSSH2_AGENT *agent = libssh2_agent_init(session_)) {
+      bool ok = false;
+      if (libssh2_agent_connect(agent) == 0 && libssh2_agent_list_identities(agent) == 0) {
+        libssh2_agent_publickey *identity = nullptr, *previous = nullptr;
+        while (!ok && libssh2_agent_get_identity(agent, &identity, previous) == 0) {
+          ok = libssh2_agent_userauth(agent, user.c_str(), identity) == 0;
+          previous = identity;
+        }
+        libssh2_agent_disconnect(agent);
+      }
+      libssh2_agent_free(agent);
+      if (ok) return;
+    }
+  }
+  for (const char *name : {"id_ed25519", "id_ecdsa", "id_rsa"}) {
+    if (try_key(settings_.home + "/.ssh/" + name)) return;
+  }
+  std::string list;
+  for (const auto &t : tried) list += (list.empty() ? "" : ", ") + t;
+  fail("cannot log in as " + user + " (tried " + (list.empty() ? "no key: none found" : list) +
+       "; the server accepts " + (offered ? offered : "?") +
+       "); give a key with --ssh-identity FILE, load one into ssh-agent, or set the user "
+       "with --ssh-user or user@host");
+}
+
+std::string SshSession::relay(const std::string &command, int relay, int stderr_fd,
+                              const std::atomic<bool> &stop) {
+  LIBSSH2_CHANNEL *channel = libssh2_channel_open_session(session_);
+  if (!channel) fail("cannot open an SSH channel: " + session_error(session_));
+  if (libssh2_channel_exec(channel, command.c_str()) != 0) {
+    libssh2_channel_free(channel);
+    fail("cannot run '" + command + "': " + session_error(session_));
+  }
+  libssh2_session_set_blocking(session_, 0);
+  std::string pending, first_stderr;
+  bool relay_ended = false, eof_sent = false, said_anything = false;
+  std::vector<char> buffer(kRelayChunk);
+  while (!stop) {
+    bool progress = false;
+    ssize_t n = libssh2_channel_read(channel, buffer.data(), buffer.size());
+    if (n > 0) {
+      said_anything = progress = true;
+      if (!write_all(relay, std::string_view(buffer.data(), static_cast<size_t>(n)))) break;
+    }
+    n = libssh2_channel_read_stderr(channel, buffer.data(), buffer.size());
+    if (n > 0) {
+      progress = true;
+      if (first_stderr.size() < 4096) first_stderr.append(buffer.data(), static_cast<size_t>(n));
+      write_all(stderr_fd, std::string_view(buffer.data(), static_cast<size_t>(n)));
+    }
+    if (pending.empty() && !relay_ended) {
+      n = recv(relay, buffer.data(), buffer.size(), MSG_DONTWAIT);
+      if (n > 0) pending.assign(buffer.data(), static_cast<size_t>(n));
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) relay_ended = true;
+    }
+    if (!pending.empty()) {
+      n = libssh2_channel_write(channel, pending.data(), pending.size());
+      if (n > 0) pending.erase(0, static_cast<size_t>(n));
+      if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) break;
+    }
+    if (relay_ended && pending.empty() && !eof_sent) {
+      eof_sent = libssh2_channel_send_eof(channel) != LIBSSH2_ERROR_EAGAIN;
+    }
+    if (libssh2_channel_eof(channel)) break;
+    int next = 0;
+    libssh2_keepalive_send(session_, &next);
+    if (!progress) wait_socket(session_, socket_.get(), relay, pending.empty() && !relay_ended);
+  }
+  libssh2_session_set_blocking(session_, 1);
+  libssh2_session_set_timeout(session_, 2000);
+  libssh2_channel_close(channel);
+  const int status = libssh2_channel_get_exit_status(channel);
+  libssh2_channel_free(channel);
+  if (said_anything || stop) return "";
+  const std::string line = first_stderr.substr(0, first_stderr.find('\n'));
+  return "'" + command + "' exited with status " + std::to_string(status) +
+         (line.empty() ? "" : ": " + line) +
+         (status == 127 ? "; is perseusrun installed at that path there (--remote-perseusrun)?"
+                        : "");
+}
+
+}  // namespace perseus::launch
