@@ -388,3 +388,56 @@ TEST_CASE("version_text starts with the version") {
 
 }  // namespace
 }  // namespace perseus::app
+
+namespace perseus::app {
+namespace {
+
+TEST_CASE("SSH options reach the config") {
+  const launch::LaunchConfig config = parse_command_line({"-H",
+                                                          "a,b",
+                                                          "--ssh-user",
+                                                          "alice",
+                                                          "--ssh-port",
+                                                          "2222",
+                                                          "--ssh-identity",
+                                                          "/k",
+                                                          "--ssh-accept-new",
+                                                          "--ssh-connect-timeout",
+                                                          "3.5",
+                                                          "--remote-perseusrun",
+                                                          "/opt/p",
+                                                          "--addr",
+                                                          "10.1.2.3",
+                                                          "--iface",
+                                                          "eth1",
+                                                          "-rsh",
+                                                          "ssh",
+                                                          "prog"})
+                                          .config;
+  CHECK(config.ssh.user == "alice");
+  CHECK(config.ssh.port == 2222);
+  CHECK(config.ssh.identity == "/k");
+  CHECK(config.ssh.accept_new);
+  CHECK(config.ssh.connect_timeout_seconds == doctest::Approx(3.5));
+  CHECK(config.ssh.remote_program == "/opt/p");
+  CHECK(config.ssh.address == "10.1.2.3");
+  CHECK(config.ssh.interface == "eth1");
+  CHECK(config.ssh.shell == launch::RemoteShell::kOpenSsh);
+  CHECK(parse_command_line({"prog"}).config.ssh.shell == launch::RemoteShell::kLibssh2);
+  CHECK(parse_command_line({"prog"}).config.ssh.port == 22);
+}
+
+TEST_CASE("bad SSH options are usage errors naming the value") {
+  for (const auto &[args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--ssh-port", "0", "p"}, "--ssh-port '0'"},
+           {{"--ssh-port", "65536", "p"}, "--ssh-port '65536'"},
+           {{"--rsh", "rsh", "p"}, "--rsh 'rsh': expected one of libssh2, ssh"},
+           {{"--ssh-connect-timeout", "soon", "p"}, "--ssh-connect-timeout 'soon'"}}) {
+    CAPTURE(expected);
+    CHECK_THROWS_WITH_AS(parse_command_line(args), doctest::Contains(expected.c_str()),
+                         launch::InputError);
+  }
+}
+
+}  // namespace
+}  // namespace perseus::app
