@@ -50,7 +50,8 @@ struct RawOptions {
   std::string hostfile, output_directory, working_directory;
   std::string rsh = "libssh2", ssh_identity, ssh_user, ssh_port, ssh_timeout = "10", remote_program,
               address, interface;
-  bool ssh_accept_new = false;
+  bool ssh_accept_new = false, check = false, json = false, no_preflight = false;
+  std::string gpu_busy_threshold;
   bool oversubscribe = false, display_map = false, verbose = false, help = false, version = false,
        ignored = false;
 };
@@ -75,6 +76,13 @@ void add_options(CLI::App &app, RawOptions &raw) {
   app.add_option("--master-port", raw.master_port, "MASTER_PORT (default: a free port)");
   app.add_option("--wdir,--cwd", raw.working_directory, "Working directory of the ranks");
   app.add_flag("--display-map", raw.display_map, "Print where each rank runs");
+  app.add_flag("--check", raw.check,
+               "Check every host (reachable, GPUs busy, ports taken) and start nothing");
+  app.add_flag("--json", raw.json, "With --check: print one JSON document");
+  app.add_flag("--no-preflight", raw.no_preflight,
+               "Skip the quick check of ports and busy GPUs before a launch");
+  app.add_option("--gpu-busy-threshold", raw.gpu_busy_threshold,
+                 "MiB that other processes may use on a GPU before it counts as busy (256)");
   app.add_option("--rsh", raw.rsh, "How to reach other hosts: libssh2 (default) or ssh (OpenSSH)");
   app.add_option("--ssh-identity", raw.ssh_identity, "Private key to log in with (tried first)");
   app.add_option("--ssh-user", raw.ssh_user, "User on other hosts (user@host in -H wins)");
@@ -272,6 +280,22 @@ launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> c
   config.display_map = raw.display_map;
   config.verbose = raw.verbose;
   check_bind_to(raw.bind_to);
+  config.check_only = raw.check;
+  config.json = raw.json;
+  config.preflight = !raw.no_preflight;
+  if (!raw.gpu_busy_threshold.empty()) {
+    config.gpu_busy_threshold_mib = static_cast<unsigned long long>(
+        to_int(raw.gpu_busy_threshold, "--gpu-busy-threshold", 0, "a number of MiB, e.g. 1024"));
+  }
+  if (raw.json && !raw.check)
+    throw InputError("--json goes with --check: perseusrun --check --json");
+  if (raw.check) {
+    if (!command.empty()) {
+      throw InputError("--check starts nothing, but a program was given ('" + command[0] +
+                       "'); drop one of them");
+    }
+    return config;
+  }
   if (command.empty()) {
     throw InputError("no program to run; usage: perseusrun [options] [--] program [args...]");
   }

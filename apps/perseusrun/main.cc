@@ -8,6 +8,7 @@
 
 #include "apps/perseusrun/command_line.h"
 #include "lib/launch/agent.h"
+#include "lib/launch/checker.h"
 #include "lib/launch/errors.h"
 #include "lib/launch/launcher.h"
 
@@ -39,6 +40,7 @@ int run(int argc, char **argv) {
     std::vector<char> cwd(4096);
     if (getcwd(cwd.data(), cwd.size())) line.config.working_directory = cwd.data();
   }
+  if (line.config.check_only) return launch::run_check(line.config);
   return launch::run_launcher(line.config);
 }
 

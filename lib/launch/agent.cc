@@ -17,6 +17,7 @@
 #include "lib/launch/errors.h"
 #include "lib/launch/frame_channel.h"
 #include "lib/launch/gpu_probe.h"
+#include "lib/launch/host_check.h"
 #include "lib/launch/local_host.h"
 #include "lib/launch/process_tree.h"
 #include "lib/launch/rank_process.h"
@@ -154,20 +155,31 @@ int Agent::run() {
   return kExitSuccess;
 }
 
+// Answers Check requests until the Job comes. False when the launcher goes away first.
 bool Agent::receive_job() {
-  std::vector<Frame> frames;
-  while (frames.empty()) {
-    pollfd fds[2] = {
-        {channel_.read_fd(), POLLIN, 0},
-        {channel_.write_fd(), static_cast<short>(channel_.wants_write() ? POLLOUT : 0), 0}};
-    poll(fds, 2, -1);
-    if (!channel_.flush() || !channel_.read_available(frames)) return false;
+  for (;;) {
+    std::vector<Frame> frames;
+    while (frames.empty()) {
+      pollfd fds[2] = {
+          {channel_.read_fd(), POLLIN, 0},
+          {channel_.write_fd(), static_cast<short>(channel_.wants_write() ? POLLOUT : 0), 0}};
+      poll(fds, 2, -1);
+      if (!channel_.flush() || !channel_.read_available(frames)) return false;
+    }
+    for (auto frame = frames.begin(); frame != frames.end(); ++frame) {
+      if (frame->type == FrameType::kCheck) {
+        const CheckRequest request = decode_check_request(frame->payload, channel_.peer());
+        channel_.send(FrameType::kCheckReport, encode(run_host_check(request)));
+      } else if (frame->type == FrameType::kJob) {
+        job_ = decode_job(frame->payload, channel_.peer());
+        // Stdin for rank 0, even its end, may have come in the same read: keep it for later.
+        early_frames_.assign(frame + 1, frames.end());
+        return true;
+      } else {
+        return false;
+      }
+    }
   }
-  if (frames.front().type != FrameType::kJob) return false;
-  job_ = decode_job(frames.front().payload, channel_.peer());
-  // Stdin for rank 0, even its end, may have come in the same read: keep it for later.
-  early_frames_.assign(frames.begin() + 1, frames.end());
-  return true;
 }
 
 void Agent::start_ranks() {

@@ -17,17 +17,19 @@
 namespace perseus::launch {
 
 enum class FrameType : uint8_t {
-  kHello = 1,      // agent -> launcher: version and host facts
-  kJob = 2,        // launcher -> agent: what to run
-  kStarted = 3,    // agent -> launcher: a rank is running
-  kOutput = 4,     // agent -> launcher: bytes a rank wrote
-  kExited = 5,     // agent -> launcher: a rank ended
-  kError = 6,      // agent -> launcher: the agent cannot go on
-  kTerminate = 7,  // launcher -> agent: end every rank (SIGTERM, SIGKILL after the grace)
-  kStdin = 8,      // launcher -> agent: bytes for the stdin rank
-  kStdinEof = 9,   // launcher -> agent: the stdin rank's input ended
-  kStdinAck = 10,  // agent -> launcher: stdin bytes written to the rank, for flow control
-  kDone = 11,      // agent -> launcher: every process ended and all output sent
+  kHello = 1,         // agent -> launcher: version and host facts
+  kJob = 2,           // launcher -> agent: what to run
+  kStarted = 3,       // agent -> launcher: a rank is running
+  kOutput = 4,        // agent -> launcher: bytes a rank wrote
+  kExited = 5,        // agent -> launcher: a rank ended
+  kError = 6,         // agent -> launcher: the agent cannot go on
+  kTerminate = 7,     // launcher -> agent: end every rank (SIGTERM, SIGKILL after the grace)
+  kStdin = 8,         // launcher -> agent: bytes for the stdin rank
+  kStdinEof = 9,      // launcher -> agent: the stdin rank's input ended
+  kStdinAck = 10,     // agent -> launcher: stdin bytes written to the rank, for flow control
+  kDone = 11,         // agent -> launcher: every process ended and all output sent
+  kCheck = 12,        // launcher -> agent: look at GPUs and ports (host_check.h), before a Job
+  kCheckReport = 13,  // agent -> launcher: what it found
 };
 
 struct Frame {

@@ -1,5 +1,6 @@
 #include "lib/launch/gpu_allotment.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "lib/launch/errors.h"
@@ -25,6 +26,14 @@ std::vector<std::string> device_list(const HostGpuFacts &facts, int local_size) 
   if (facts.cuda_visible_devices) return split_list(*facts.cuda_visible_devices);
   if (facts.gpu_count && *facts.gpu_count > 0) return numbered(*facts.gpu_count);
   return numbered(local_size);
+}
+
+std::vector<std::string> without_busy(std::vector<std::string> devices,
+                                      const std::vector<std::string> &busy) {
+  std::erase_if(devices, [&](const std::string &device) {
+    return std::find(busy.begin(), busy.end(), device) != busy.end();
+  });
+  return devices;
 }
 
 std::string join(const std::vector<std::string> &entries, size_t count) {
@@ -58,9 +67,16 @@ std::vector<std::optional<std::string>> allot_gpus(GpuBind bind, const HostGpuFa
     for (auto &value : values) value = "";
     return values;
   }
-  const std::vector<std::string> devices = device_list(facts, local_size);
+  const std::vector<std::string> all = device_list(facts, local_size);
+  if (all.size() < values.size()) refuse_shared_gpus(facts, all.size(), local_size, host);
+  const std::vector<std::string> devices = without_busy(all, facts.busy);
   if (devices.size() < values.size()) {
-    refuse_shared_gpus(facts, devices.size(), local_size, host);
+    throw LaunchError("host " + host + ": " + std::to_string(local_size) +
+                      " ranks need as many free GPUs, but only " + std::to_string(devices.size()) +
+                      " of its " + std::to_string(all.size()) +
+                      " are free; busy: " + facts.busy_detail +
+                      "; end those processes, run fewer ranks there, raise "
+                      "--gpu-busy-threshold, or skip the check with --no-preflight");
   }
   for (size_t i = 0; i < values.size(); ++i) {
     values[i] = bind == GpuBind::kList ? join(devices, values.size()) : devices[i];

@@ -10,7 +10,9 @@
 //  - kIsolate: each rank sees only its own entry: "3" for local rank 0, "5" for local rank 1.
 //  - kNone: CUDA_VISIBLE_DEVICES is left as it is.
 // A host with fewer entries than ranks would put two ranks on one GPU: that is an InputError
-// naming the host, the counts and the fixes. An empty CUDA_VISIBLE_DEVICES ("no GPU") is kept
+// naming the host, the counts and the fixes. GPUs listed as busy are left out of the list
+// first; when that leaves too few, it is a LaunchError naming the busy GPUs and their holders.
+// An empty CUDA_VISIBLE_DEVICES ("no GPU") is kept
 // as is for every rank.
 
 #include <optional>
@@ -24,6 +26,8 @@ enum class GpuBind { kList, kIsolate, kNone };
 struct HostGpuFacts {
   std::optional<int> gpu_count;                     // nullopt: no driver
   std::optional<std::string> cuda_visible_devices;  // the host's own setting
+  std::vector<std::string> busy;  // GPUs other processes hold (indices and UUIDs): skipped
+  std::string busy_detail;        // who holds them, for the message when too few are left
 };
 
 // The value of CUDA_VISIBLE_DEVICES for each local rank, or nullopt (per rank) for kNone.

@@ -1,6 +1,8 @@
 #include "lib/launch/job_plan.h"
 
 #include "lib/launch/errors.h"
+#include "lib/launch/host_list_parser.h"
+#include "lib/launch/hostfile_parser.h"
 
 namespace perseus::launch {
 
@@ -17,7 +19,7 @@ std::optional<std::string> exported_value(const EnvironmentChanges &exported,
 
 JobDescription describe_host(const LaunchConfig &config, const JobPlan &plan, size_t host_index,
                              const Hello &hello, const JobFacts &facts,
-                             const EnvironmentChanges &exported) {
+                             const EnvironmentChanges &exported, const BusyGpus &busy) {
   JobDescription job;
   job.job_id = facts.job_id;
   job.host_label = plan.hosts[host_index].host;
@@ -28,7 +30,7 @@ JobDescription describe_host(const LaunchConfig &config, const JobPlan &plan, si
   for (const RankPlace &place : plan.placement.ranks) {
     if (place.host_index == static_cast<int>(host_index)) local_ranks.push_back(place.rank);
   }
-  HostGpuFacts gpus{hello.gpu_count, hello.cuda_visible_devices};
+  HostGpuFacts gpus{hello.gpu_count, hello.cuda_visible_devices, busy.ids, busy.detail};
   if (auto visible = exported_value(exported, "CUDA_VISIBLE_DEVICES")) {
     gpus.cuda_visible_devices = visible;
   }
@@ -53,6 +55,28 @@ void check_variable_name(const std::string &name, const std::string &written) {
 }
 
 }  // namespace
+
+std::vector<HostSpec> host_mentions(const LaunchConfig &config) {
+  if (!config.host_lists.empty() && !config.hostfile.empty()) {
+    throw InputError("both -H and -hostfile " + config.hostfile + " name hosts; give one of them");
+  }
+  std::vector<HostSpec> mentions;
+  for (const std::string &list : config.host_lists) {
+    for (HostSpec &spec : parse_host_list(list)) mentions.push_back(std::move(spec));
+  }
+  if (!config.hostfile.empty()) mentions = read_hostfile(config.hostfile);
+  if (mentions.empty()) mentions.push_back(HostSpec{"", "localhost", {}, {}, "default"});
+  return mentions;
+}
+
+BareSlots slots_from_hellos(const std::function<const Hello &(const HostSpec &)> &hello_of) {
+  return [hello_of](const HostSpec &spec) -> std::optional<int> {
+    const Hello &hello = hello_of(spec);
+    if (hello.gpu_count && *hello.gpu_count > 0) return hello.gpu_count;
+    if (spec.origin == "default") return hello.cpu_count;
+    return std::nullopt;
+  };
+}
 
 std::string host_key(const std::string &user, const std::string &host) {
   return user.empty() ? host : user + "@" + host;
@@ -83,7 +107,7 @@ EnvironmentChanges exported_environment(const LaunchConfig &config, const Enviro
 JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
                  const BareSlots &bare_slots,
                  const std::function<const Hello &(const Host &)> &hello_of, const JobFacts &facts,
-                 const EnvironmentChanges &exported) {
+                 const EnvironmentChanges &exported, const BusyGpusOf &busy_of) {
   JobPlan plan;
   plan.hosts = merge_hosts(mentions, bare_slots);
   std::vector<PlacementHost> capacity;
@@ -91,7 +115,9 @@ JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentio
   plan.placement =
       place_ranks(capacity, {config.np, config.npernode, config.map_by, config.oversubscribe});
   for (size_t i = 0; i < plan.hosts.size(); ++i) {
-    plan.jobs.push_back(describe_host(config, plan, i, hello_of(plan.hosts[i]), facts, exported));
+    const BusyGpus busy = busy_of ? busy_of(plan.hosts[i]) : BusyGpus{};
+    plan.jobs.push_back(
+        describe_host(config, plan, i, hello_of(plan.hosts[i]), facts, exported, busy));
   }
   return plan;
 }

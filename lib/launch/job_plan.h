@@ -28,12 +28,28 @@ using EnvironmentLookup = std::function<std::optional<std::string>(const std::st
 EnvironmentChanges exported_environment(const LaunchConfig &config, const EnvironmentLookup &lookup,
                                         std::vector<std::string> &warnings);
 
+// The host mentions of a configuration: -H, the hostfile, or this machine alone (origin
+// "default"). Both -H and a hostfile is an InputError.
+std::vector<HostSpec> host_mentions(const LaunchConfig &config);
+
+// Slots of bare mentions: the host's GPU count when its agent found GPUs; for the default host
+// (no hosts given) its core count without GPUs; else unset (1).
+BareSlots slots_from_hellos(const std::function<const Hello &(const HostSpec &)> &hello_of);
+
+// GPUs found busy on a host by the preflight (indices and UUIDs), and a description of their
+// processes for messages.
+struct BusyGpus {
+  std::vector<std::string> ids;
+  std::string detail;
+};
+using BusyGpusOf = std::function<BusyGpus(const Host &)>;
+
 // `hellos[i]` belongs to the host `host_key(hosts[i])` of the merged list; `bare_slots` decides
 // the slots of bare mentions. Throws InputError for requests the hosts cannot satisfy.
 JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
                  const BareSlots &bare_slots,
                  const std::function<const Hello &(const Host &)> &hello_of, const JobFacts &facts,
-                 const EnvironmentChanges &exported);
+                 const EnvironmentChanges &exported, const BusyGpusOf &busy_of = {});
 
 std::string host_key(const std::string &user, const std::string &host);
 

@@ -32,6 +32,10 @@ struct LaunchConfig {
   std::vector<std::string> command;  // program and its arguments
   std::string agent_program;         // this binary, started as the agent on each host
   SshOptions ssh;
+  bool preflight = true;                            // --no-preflight turns it off
+  unsigned long long gpu_busy_threshold_mib = 256;  // --gpu-busy-threshold
+  bool check_only = false;                          // --check
+  bool json = false;                                // --json (with --check)
 };
 
 }  // namespace perseus::launch

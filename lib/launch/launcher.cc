@@ -15,15 +15,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include "lib/launch/agent_factory.h"
 #include "lib/launch/agent_link.h"
+#include "lib/launch/check_report.h"
 #include "lib/launch/errors.h"
+#include "lib/launch/host_check.h"
 #include "lib/launch/host_list_parser.h"
 #include "lib/launch/hostfile_parser.h"
 #include "lib/launch/job_plan.h"
 #include "lib/launch/local_host.h"
 #include "lib/launch/log.h"
 #include "lib/launch/output_router.h"
-#include "lib/launch/shell_quote.h"
 #include "perseus/config.h"
 
 namespace perseus::launch {
@@ -48,34 +50,6 @@ std::string signal_name(int signal) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
 }
 
-void check_port_free(int port) {
-  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const int yes = 1;
-  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  if (bind(fd.get(), reinterpret_cast<sockaddr *>(&address), sizeof address) != 0) {
-    throw LaunchError("--master-port " + std::to_string(port) + " cannot be used on this host (" +
-                      std::strerror(errno) +
-                      "): another process holds it; pick a free port, or leave --master-port "
-                      "out to get one");
-  }
-}
-
-std::vector<HostSpec> host_mentions(const LaunchConfig &config) {
-  if (!config.host_lists.empty() && !config.hostfile.empty()) {
-    throw InputError("both -H and -hostfile " + config.hostfile + " name hosts; give one of them");
-  }
-  std::vector<HostSpec> mentions;
-  for (const std::string &list : config.host_lists) {
-    for (HostSpec &spec : parse_host_list(list)) mentions.push_back(std::move(spec));
-  }
-  if (!config.hostfile.empty()) mentions = read_hostfile(config.hostfile);
-  if (mentions.empty()) mentions.push_back(HostSpec{"", "localhost", {}, {}, "default"});
-  return mentions;
-}
-
 class Launcher {
  public:
   explicit Launcher(const LaunchConfig &config) : config_(config) {}
@@ -88,11 +62,11 @@ class Launcher {
     bool done = false;
   };
 
-  std::unique_ptr<AgentLink> start_agent(const HostSpec &spec);
   void start_agents(const std::vector<HostSpec> &mentions);
   std::string master_address(const Host &rank0_host) const;
   void collect_hellos();
   void plan(const std::vector<HostSpec> &mentions);
+  std::map<std::string, BusyGpus> preflight(const Host &rank0_host);
   void display_map() const;
   void loop();
   void poll_once();
@@ -165,42 +139,11 @@ int Launcher::run() {
   return kExitSuccess;
 }
 
-std::unique_ptr<AgentLink> Launcher::start_agent(const HostSpec &spec) {
-  if (is_local_host(spec.host))
-    return start_process_agent({config_.agent_program, "--agent"}, spec.host);
-  const SshOptions &ssh = config_.ssh;
-  const std::string program =
-      ssh.remote_program.empty() ? config_.agent_program : ssh.remote_program;
-  const std::string command = "exec " + shell_quote(program) + " --agent";
-  const std::string user = !spec.user.empty() ? spec.user : !ssh.user.empty() ? ssh.user : "";
-  if (ssh.shell == RemoteShell::kOpenSsh) {
-    std::vector<std::string> argv{
-        "ssh",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "ConnectTimeout=" + std::to_string(static_cast<int>(ssh.connect_timeout_seconds)),
-        "-o",
-        "ServerAliveInterval=10",
-        "-p",
-        std::to_string(ssh.port)};
-    if (!ssh.identity.empty()) argv.insert(argv.end(), {"-i", ssh.identity});
-    if (ssh.accept_new) argv.insert(argv.end(), {"-o", "StrictHostKeyChecking=accept-new"});
-    if (!user.empty()) argv.insert(argv.end(), {"-l", user});
-    argv.insert(argv.end(), {spec.host, "--", command});
-    return start_process_agent(argv, spec.host);
-  }
-  const SshTarget target{spec.host, user.empty() ? current_user() : user, ssh.port};
-  const SshSettings settings{ssh.identity, home_directory(), ssh.accept_new,
-                             static_cast<int>(ssh.connect_timeout_seconds * 1000)};
-  return start_ssh_agent(target, settings, command);
-}
-
 void Launcher::start_agents(const std::vector<HostSpec> &mentions) {
   for (const HostSpec &spec : mentions) {
     const std::string key = host_key(spec.user, spec.host);
     if (agents_.count(key)) continue;
-    agents_[key].link = start_agent(spec);
+    agents_[key].link = start_agent(spec, config_);
     agent_order_.push_back(key);
     spdlog::debug("started the agent for {}", key);
   }
@@ -215,31 +158,7 @@ void Launcher::collect_hellos() {
   const long long deadline = monotonic_ms() + kHelloTimeoutMs;
   for (const std::string &key : agent_order_) {
     Agent &agent = agents_.at(key);
-    std::vector<Frame> frames;
-    while (frames.empty()) {
-      const long long left = deadline - monotonic_ms();
-      pollfd fd{agent.link->channel().read_fd(), POLLIN, 0};
-      if (left <= 0 || retry_on_eintr([&] { return poll(&fd, 1, static_cast<int>(left)); }) == 0) {
-        throw LaunchError("the agent on " + agent.link->host() + " did not answer within " +
-                          std::to_string(kHelloTimeoutMs / 1000) + " s");
-      }
-      if (!agent.link->channel().read_available(frames)) {
-        agent.link->reap(2000);
-        const std::string why = agent.link->failure();
-        throw LaunchError(why.empty()
-                              ? "the agent on " + agent.link->host() + " ended before saying hello"
-                              : why);
-      }
-    }
-    if (frames.front().type != FrameType::kHello) {
-      throw LaunchError("the agent on " + agent.link->host() + " did not start with a hello");
-    }
-    Hello hello = decode_hello(frames.front().payload, agent.link->channel().peer());
-    if (hello.version != PERSEUS_VERSION || hello.protocol != kProtocolVersion) {
-      throw LaunchError("the agent on " + agent.link->host() + " runs perseusrun " + hello.version +
-                        ", this is " + PERSEUS_VERSION +
-                        "; install the same version on every host");
-    }
+    Hello hello = receive_hello(*agent.link, deadline);
     spdlog::debug("agent on {}: hostname {}, {} cores, {} GPUs, CUDA_VISIBLE_DEVICES {}",
                   agent.link->host(), hello.hostname, hello.cpu_count,
                   hello.gpu_count ? std::to_string(*hello.gpu_count) : "unknown (no driver)",
@@ -249,18 +168,12 @@ void Launcher::collect_hellos() {
 }
 
 void Launcher::plan(const std::vector<HostSpec> &mentions) {
-  const bool default_host = mentions.size() == 1 && mentions[0].origin == "default";
   const auto hello_of = [this](const Host &host) -> const Hello & {
     return *agents_.at(host_key(host.user, host.host)).hello;
   };
-  // A bare hostfile line means the host's GPU count when known; the default host is this
-  // machine with one slot per GPU, or per core without GPUs.
-  const BareSlots bare_slots = [&](const HostSpec &spec) -> std::optional<int> {
-    const Hello &hello = *agents_.at(host_key(spec.user, spec.host)).hello;
-    if (hello.gpu_count && *hello.gpu_count > 0) return hello.gpu_count;
-    if (default_host) return hello.cpu_count;
-    return std::nullopt;
-  };
+  const BareSlots bare_slots = slots_from_hellos([this](const HostSpec &spec) -> const Hello & {
+    return *agents_.at(host_key(spec.user, spec.host)).hello;
+  });
   std::vector<std::string> warnings;
   const EnvironmentChanges exported = exported_environment(
       config_,
@@ -269,23 +182,64 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
         return value ? std::optional<std::string>(value) : std::nullopt;
       },
       warnings);
-  for (const std::string &warning : warnings)
+  for (const std::string &warning : warnings) {
     fprintf(stderr, "perseusrun: warning: %s\n", warning.c_str());
-  // MASTER_ADDR and MASTER_PORT depend on rank 0's host, known only after placement: plan
-  // once to find it, then again with the facts.
+  }
+  // MASTER_ADDR and MASTER_PORT depend on rank 0's host, and which GPUs are free on the
+  // preflight: plan once to find rank 0's host, then again with the facts.
   JobFacts facts{job_id(), "", 0};
   plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported);
   const Host &rank0_host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];
-  const Agent &rank0_agent = agents_.at(host_key(rank0_host.user, rank0_host.host));
-  if (config_.master_port && rank0_agent.link->peer_address().empty()) {
-    check_port_free(config_.master_port);
-  }
+  const std::map<std::string, BusyGpus> busy = preflight(rank0_host);
   facts.master_addr = master_address(rank0_host);
-  facts.master_port = config_.master_port ? config_.master_port : rank0_agent.hello->free_port;
-  plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported);
+  facts.master_port = config_.master_port ? config_.master_port : hello_of(rank0_host).free_port;
+  plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported, [&](const Host &host) {
+    const auto found = busy.find(host_key(host.user, host.host));
+    return found == busy.end() ? BusyGpus{} : found->second;
+  });
   spdlog::debug("job {}: {} ranks on {} nodes, MASTER_ADDR {} MASTER_PORT {}", facts.job_id,
                 plan_.placement.size(), plan_.placement.nodes.size(), facts.master_addr,
                 facts.master_port);
+}
+
+// The quick part of --check, before any rank starts: a --master-port taken on rank 0's host
+// stops the launch; GPUs that other processes hold are left out of the allotment.
+std::map<std::string, BusyGpus> Launcher::preflight(const Host &rank0_host) {
+  std::map<std::string, BusyGpus> busy;
+  if (!config_.preflight) return busy;
+  const std::string rank0_key = host_key(rank0_host.user, rank0_host.host);
+  std::map<std::string, CheckRequest> requests;
+  for (const std::string &key : agent_order_) {
+    CheckRequest request{{}, config_.gpu_bind != GpuBind::kNone};
+    if (key == rank0_key && config_.master_port) request.ports.push_back(config_.master_port);
+    if (!request.ports.empty() || request.gpus) requests[key] = request;
+  }
+  for (const auto &[key, request] : requests) {
+    agents_.at(key).link->channel().send(FrameType::kCheck, encode(request));
+  }
+  const long long deadline = monotonic_ms() + kHelloTimeoutMs;
+  for (const auto &[key, request] : requests) {
+    AgentLink &link = *agents_.at(key).link;
+    while (link.channel().wants_write() && link.channel().flush()) {
+      pollfd out{link.channel().write_fd(), POLLOUT, 0};
+      poll(&out, 1, 100);
+    }
+    const CheckReport report = decode_check_report(
+        receive_frame(link, FrameType::kCheckReport, deadline).payload, link.channel().peer());
+    for (const PortUse &use : report.ports) {
+      if (use.in_use) {
+        throw LaunchError("host " + link.host() + ": " + describe(use) +
+                          "; stop that process, or pick another port with --master-port (or "
+                          "leave it out to get a free one)");
+      }
+    }
+    for (const GpuInfo &gpu : report.gpus.gpus) {
+      if (!gpu_is_busy(gpu, config_.gpu_busy_threshold_mib)) continue;
+      busy[key].ids.insert(busy[key].ids.end(), {std::to_string(gpu.index), gpu.uuid});
+      busy[key].detail = describe_busy_gpus(report.gpus, config_.gpu_busy_threshold_mib);
+    }
+  }
+  return busy;
 }
 
 std::string Launcher::master_address(const Host &rank0_host) const {

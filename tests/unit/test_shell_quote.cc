@@ -38,7 +38,7 @@ std::string through_shell(const std::string &quoted) {
 TEST_CASE("shell_quote survives a POSIX shell byte for byte") {
   std::string every_byte;
   for (int c = 1; c < 256; ++c) every_byte += static_cast<char>(c);
-  for (const std::string text :
+  for (const std::string &text :
        {std::string("/opt/perseus/bin/perseusrun"), std::string("it's"), std::string("'"),
         std::string("''"), std::string("a b\tc\nd"), std::string("$HOME `id` $(id) \\ \" ; | &"),
         std::string("-n"), every_byte}) {

@@ -1,0 +1,128 @@
+#include "lib/launch/checker.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "lib/launch/agent_factory.h"
+#include "lib/launch/check_report.h"
+#include "lib/launch/errors.h"
+#include "lib/launch/job_plan.h"
+
+namespace perseus::launch {
+
+namespace {
+
+constexpr int kAnswerTimeoutMs = 30000;
+
+// One entry per distinct host, in order of first mention.
+struct Target {
+  HostSpec spec;
+  std::unique_ptr<AgentLink> link;
+  std::optional<Hello> hello;
+  HostFindings found;
+};
+
+std::vector<Target> distinct_hosts(const std::vector<HostSpec> &mentions) {
+  std::vector<Target> targets;
+  for (const HostSpec &spec : mentions) {
+    const std::string key = host_key(spec.user, spec.host);
+    const bool seen = std::any_of(targets.begin(), targets.end(), [&](const Target &t) {
+      return host_key(t.spec.user, t.spec.host) == key;
+    });
+    if (!seen)
+      targets.push_back(Target{spec, nullptr, std::nullopt,
+                               HostFindings{spec.host, "", "", "", 0, std::nullopt}});
+  }
+  return targets;
+}
+
+// Starts every host's agent, all at once; a host that fails gets its error in its findings.
+void reach(const LaunchConfig &config, std::vector<Target> &targets) {
+  for (Target &t : targets) t.link = start_agent(t.spec, config);
+  const long long deadline = monotonic_ms() +
+                             static_cast<long long>(config.ssh.connect_timeout_seconds * 1000) +
+                             kAnswerTimeoutMs;
+  for (Target &t : targets) {
+    try {
+      t.link->wait_ready(deadline);
+      t.link->start();
+      t.hello = receive_hello(*t.link, deadline);
+      t.found.agent_version = t.hello->version;
+      t.found.hostname = t.hello->hostname;
+    } catch (const std::exception &error) {
+      t.found.error = error.what();
+    }
+  }
+}
+
+// Ranks per host as the launch would place them; returns rank 0's host.
+std::string place(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
+                  std::vector<Target> &targets) {
+  const auto hello_of = [&](const std::string &user, const std::string &host) -> const Hello & {
+    const std::string key = host_key(user, host);
+    return *std::find_if(targets.begin(), targets.end(), [&](const Target &t) {
+              return host_key(t.spec.user, t.spec.host) == key;
+            })->hello;
+  };
+  const JobPlan plan = plan_job(
+      config, mentions, slots_from_hellos([&](const HostSpec &s) -> const Hello & {
+        return hello_of(s.user, s.host);
+      }),
+      [&](const Host &h) -> const Hello & { return hello_of(h.user, h.host); }, JobFacts{}, {});
+  for (size_t i = 0; i < plan.jobs.size(); ++i) {
+    targets[i].found.ranks = static_cast<int>(plan.jobs[i].ranks.size());
+  }
+  return targets[static_cast<size_t>(plan.placement.ranks[0].host_index)].spec.host;
+}
+
+void ask(const LaunchConfig &config, Target &t, const std::string &rank0_host, long long deadline) {
+  CheckRequest request{{}, true};
+  if (config.master_port && (rank0_host.empty() || rank0_host == t.spec.host)) {
+    request.ports.push_back(config.master_port);
+  }
+  try {
+    FrameChannel &channel = t.link->channel();
+    channel.send(FrameType::kCheck, encode(request));
+    while (channel.wants_write() && channel.flush()) {
+    }
+    t.found.report = decode_check_report(
+        receive_frame(*t.link, FrameType::kCheckReport, deadline).payload, channel.peer());
+  } catch (const std::exception &error) {
+    t.found.error = error.what();
+  }
+}
+
+}  // namespace
+
+int run_check(const LaunchConfig &config) {
+  const std::vector<HostSpec> mentions = host_mentions(config);
+  std::vector<Target> targets = distinct_hosts(mentions);
+  reach(config, targets);
+  std::vector<std::string> placement_problems;
+  std::string rank0_host;
+  if (std::all_of(targets.begin(), targets.end(), [](const Target &t) { return t.hello; })) {
+    try {
+      rank0_host = place(config, mentions, targets);
+    } catch (const std::exception &error) {
+      placement_problems.push_back(std::string("the job cannot be placed: ") + error.what());
+    }
+  }
+  const long long deadline = monotonic_ms() + kAnswerTimeoutMs;
+  for (Target &t : targets) {
+    if (t.hello) ask(config, t, rank0_host, deadline);
+  }
+  std::vector<HostFindings> findings;
+  for (const Target &t : targets) findings.push_back(t.found);
+  CheckVerdict verdict = judge(findings, config.gpu_busy_threshold_mib);
+  verdict.blockers.insert(verdict.blockers.begin(), placement_problems.begin(),
+                          placement_problems.end());
+  const std::string text =
+      config.json ? render_json(findings, verdict, config.gpu_busy_threshold_mib).dump(2) + "\n"
+                  : render_table(findings, verdict, config.gpu_busy_threshold_mib);
+  fputs(text.c_str(), stdout);
+  return verdict.can_start() ? kExitSuccess : kExitLaunchFailure;
+}
+
+}  // namespace perseus::launch
