@@ -1,5 +1,7 @@
 #include "lib/launch/gpu_inventory.h"
 
+#include "lib/launch/process_info.h"
+
 #include <dlfcn.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -134,38 +136,10 @@ NvmlReturn query_processes(const NvmlApi &api, NvmlDevice device,
   return result;
 }
 
-std::string read_text_file(const std::string &path) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-std::string user_name(uid_t uid) {
-  std::vector<char> buffer(16384);
-  passwd entry{};
-  passwd *found = nullptr;
-  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found) {
-    return found->pw_name;
-  }
-  return std::to_string(uid);
-}
-
 // Fills user and command from /proc/<pid>; leaves them empty when it is not visible.
 void describe_process(GpuProcess &process) {
-  const std::string dir = "/proc/" + std::to_string(process.pid);
-  struct stat info {};
-  if (::stat(dir.c_str(), &info) != 0) return;
-  process.user = user_name(info.st_uid);
-  std::string command = read_text_file(dir + "/cmdline");
-  std::replace(command.begin(), command.end(), '\0', ' ');
-  if (command.find_first_not_of(' ') == std::string::npos) {
-    command = read_text_file(dir + "/comm");  // a kernel thread or a zombie
-  }
-  while (!command.empty() && (command.back() == ' ' || command.back() == '\n')) {
-    command.pop_back();
-  }
-  process.command = command;
+  process.user = process_user(process.pid);
+  process.command = process_command(process.pid);
 }
 
 GpuProcess to_process(const NvmlProcessInfo &info) {

@@ -22,6 +22,7 @@
 #include <set>
 #include <sstream>
 
+#include "lib/launch/process_info.h"
 #include "lib/launch/system_call.h"
 
 namespace perseus::launch {
@@ -32,7 +33,6 @@ constexpr int kTcpClose = 0x07;
 constexpr int kTcpListen = 0x0A;
 // Linux's pseudo-state, for sock_diag only, of a socket that is bound and nothing more.
 constexpr int kTcpBoundInactive = 13;
-constexpr size_t kMaxCommand = 200;
 
 // A whole number written in `base` with nothing around it.
 std::optional<unsigned long long> parse_number(std::string_view text, int base) {
@@ -78,13 +78,6 @@ std::optional<SocketEntry> parse_line(std::string_view line, bool ipv6) {
   const auto inode = parse_number(fields[9], 10);
   if (!slot || !port || !remote_port || !state || *state > 0xFF || !inode) return std::nullopt;
   return SocketEntry{*port, static_cast<int>(*state), *inode, ipv6};
-}
-
-std::string read_file(const std::string &path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
 }
 
 // Asks sock_diag for every socket of `ipv6`'s family that is bound and nothing more.
@@ -155,7 +148,7 @@ std::vector<SocketEntry> bound_sockets(bool ipv6) {
 std::vector<SocketEntry> sockets_on_port(int port) {
   std::vector<SocketEntry> sockets;
   for (const bool ipv6 : {false, true}) {
-    const std::string text = read_file(ipv6 ? "/proc/net/tcp6" : "/proc/net/tcp");
+    const std::string text = read_proc_file(ipv6 ? "/proc/net/tcp6" : "/proc/net/tcp");
     for (const SocketEntry &entry : parse_proc_net_tcp(text, ipv6)) {
       if (entry.local_port != port) continue;
       if (entry.state != kTcpTimeWait && entry.state != kTcpClose) sockets.push_back(entry);
@@ -237,56 +230,6 @@ bool holds_socket(int pid, const std::set<unsigned long long> &wanted,
   return holds;
 }
 
-std::string user_name(uid_t uid) {
-  passwd entry{};
-  passwd *result = nullptr;
-  std::vector<char> buffer(16384);
-  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &result) == 0 && result) {
-    return result->pw_name;
-  }
-  return std::to_string(uid);
-}
-
-std::string process_user(int pid) {
-  struct stat info {};
-  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &info) != 0) return "?";
-  return user_name(info.st_uid);
-}
-
-std::string trimmed(std::string_view text) {
-  const size_t first = text.find_first_not_of(' ');
-  if (first == std::string_view::npos) return "";
-  return std::string(text.substr(first, text.find_last_not_of(' ') - first + 1));
-}
-
-// At most kMaxCommand bytes, cut between UTF-8 sequences and ended with "..." when cut.
-std::string shortened(std::string text) {
-  if (text.size() <= kMaxCommand) return text;
-  size_t cut = kMaxCommand - 3;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  text.resize(cut);
-  return text + "...";
-}
-
-std::string process_command(int pid) {
-  const std::string proc = "/proc/" + std::to_string(pid);
-  std::string command = read_file(proc + "/cmdline");
-  // NULs between arguments, and any other control character, would break the line.
-  for (char &c : command) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = ' ';
-  }
-  command = trimmed(command);
-  if (command.empty()) {
-    std::string name = read_file(proc + "/comm");
-    for (char &c : name) {
-      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-    }
-    name = trimmed(name);
-    command = name.empty() ? "?" : "[" + name + "]";
-  }
-  return shortened(command);
-}
-
 // The processes with an fd on one of the sockets `wanted`, by pid; adds the sockets seen to
 // `found`.
 std::vector<PortHolder> holders_of(const std::set<unsigned long long> &wanted,
@@ -344,8 +287,9 @@ std::string describe(const PortUse &use) {
   for (size_t i = 0; i < use.holders.size(); ++i) {
     const PortHolder &holder = use.holders[i];
     line += i == 0 ? " by " : ", ";
-    line +=
-        "pid " + std::to_string(holder.pid) + " (" + holder.command + ", user " + holder.user + ")";
+    line += "pid " + std::to_string(holder.pid) + " (" +
+            (holder.command.empty() ? "?" : holder.command) +
+            (holder.user.empty() ? "" : ", user " + holder.user) + ")";
   }
   return line;
 }

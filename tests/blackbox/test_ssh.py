@@ -20,12 +20,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import PERSEUSRUN, PY, TIMEOUT, has_gpu, lines_of, untag
+from conftest import PERSEUSRUN, PY, TIMEOUT, has_gpu, untag
 
 LOCAL_NS = os.readlink("/proc/self/ns/net")
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -310,6 +309,47 @@ def test_env_remote_rank0_and_local_rank(launcher, hosts):
     environment, the remote one does not; MASTER_ADDR is rank 0's (remote) host."""
     run_env_job(launcher, hosts, ["-H", "%s:1,localhost:1" % hosts.addresses[1]], [1, "local"],
                 master_addr=hosts.addresses[1], local_host="local")
+
+
+def test_env_local_rank0_master_addr(launcher, hosts):
+    """Rank 0 on this machine, others remote: MASTER_ADDR is this machine's address on the
+    connections to the hosts (the bridge's), by default and with --iface naming the bridge."""
+    a, b = hosts.addresses[:2]
+    for extra in ([], ["--iface", hosts.bridge]):
+        for name in launcher.files(""):
+            (launcher.out / name).unlink()
+        run_env_job(launcher, hosts, [*extra, "-H", "localhost:1,%s:1,%s:1" % (a, b)],
+                    ["local", 0, 1], master_addr=hosts.bridge_address, local_host="local")
+
+
+def test_wdir_on_remote_hosts(launcher, hosts):
+    """Remote ranks start in perseusrun's current directory, or in -wdir DIR."""
+    prog = launcher.prog("put('cwd.%d' % RANK, os.getcwd())\n")
+    env = ssh_env(launcher, hosts.home)
+    wdir = launcher.tmp / "work dir"
+    wdir.mkdir()
+    for extra, want in (([], str(launcher.tmp)), (["-wdir", str(wdir)], str(wdir))):
+        res = launcher.run([*extra, "-H", ",".join(hosts.addresses), PY, prog, launcher.marker],
+                           env=env)
+        assert res.rc == 0, str(res)
+        for r in range(3):
+            assert launcher.read("cwd.%d" % r).decode() == want, "rank %d\n%s" % (r, res)
+    assert_nothing_left(launcher, hosts, res)
+
+
+def test_stdin_to_remote_rank0(launcher, hosts):
+    """perseusrun's standard input reaches rank 0 on a remote host byte for byte, then EOF;
+    the other ranks read /dev/null."""
+    data = bytes(range(256)) * 4096 + b"\nlast line without newline"
+    prog = launcher.prog("put('stdin.%d' % RANK, sys.stdin.buffer.read())\n")
+    res = launcher.run(["-H", ",".join(hosts.addresses[1:] + hosts.addresses[:1]), PY, prog,
+                        launcher.marker], env=ssh_env(launcher, hosts.home), input=data)
+    assert res.rc == 0, str(res)
+    got = launcher.read("stdin.0")
+    assert len(got) == len(data) and got == data, "rank 0 read %d bytes of %d" % (len(got),
+                                                                              len(data))
+    assert launcher.read("stdin.1") == b"" and launcher.read("stdin.2") == b""
+    assert_nothing_left(launcher, hosts, res)
 
 
 def _hostfile(launcher, hosts):
