@@ -160,3 +160,44 @@ TEST_CASE("isolate gives each rank a distinct entry of the list that list mode g
 
 }  // namespace
 }  // namespace perseus::launch
+
+namespace perseus::launch {
+namespace {
+
+HostGpuFacts with_busy(std::optional<int> gpus, std::optional<std::string> visible,
+                       std::vector<std::string> busy) {
+  HostGpuFacts facts{gpus, std::move(visible)};
+  facts.busy = std::move(busy);
+  facts.busy_detail = "GPU 0 (pid 42 python hold.py, user bob, 30000 MiB)";
+  return facts;
+}
+
+TEST_CASE("busy GPUs are left out when enough free ones remain") {
+  // -H host:4 on an 8-GPU host whose GPUs 0-3 are busy runs on 4-7.
+  const auto list =
+      allot_gpus(GpuBind::kList, with_busy(8, std::nullopt, {"0", "1", "2", "3"}), 4, "node1");
+  for (const auto &value : list) CHECK(value == "4,5,6,7");
+  const auto isolated = allot_gpus(
+      GpuBind::kIsolate, with_busy(8, std::nullopt, {"0", "GPU-aaaa", "2", "GPU-cccc"}), 2, "n");
+  CHECK(isolated[0] == "1");
+  CHECK(isolated[1] == "3");
+  // Busy entries are matched against the host's own CUDA_VISIBLE_DEVICES too (index or UUID).
+  CHECK(allot_gpus(GpuBind::kIsolate, with_busy(8, "3,5", {"3"}), 1, "n")[0] == "5");
+  CHECK(allot_gpus(GpuBind::kIsolate, with_busy(8, "GPU-a,GPU-b", {"GPU-a"}), 1, "n")[0] ==
+        "GPU-b");
+  // kNone looks at nothing.
+  CHECK_FALSE(allot_gpus(GpuBind::kNone, with_busy(1, std::nullopt, {"0"}), 1, "n")[0]);
+}
+
+TEST_CASE("too few free GPUs is a LaunchError naming the busy ones and the fixes") {
+  CHECK_THROWS_WITH_AS(
+      allot_gpus(GpuBind::kList, with_busy(2, std::nullopt, {"0"}), 2, "node7"),
+      doctest::Contains("host node7: 2 ranks need as many free GPUs, but only 1 of its 2 are "
+                        "free; busy: GPU 0 (pid 42 python hold.py, user bob, 30000 MiB)"),
+      LaunchError);
+  CHECK_THROWS_WITH_AS(allot_gpus(GpuBind::kList, with_busy(1, std::nullopt, {"0"}), 1, "n"),
+                       doctest::Contains("--gpu-busy-threshold"), LaunchError);
+}
+
+}  // namespace
+}  // namespace perseus::launch
