@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "lib/launch/errors.h"
+#include "lib/launch/host_syntax.h"
 #include "perseus/config.h"
 
 namespace perseus::app {
@@ -121,27 +122,12 @@ const CLI::Option *find_option(const CLI::App &app, const std::string &word) {
 std::vector<std::string> split_options(const CLI::App &app, const std::vector<std::string> &args,
                                        std::vector<std::string> &command);
 
-size_t edit_distance(const std::string &a, const std::string &b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 std::string suggestion(const CLI::App &app, const std::string &word) {
   std::string best;
   size_t best_distance = 3;
   for (const CLI::Option *option : app.get_options()) {
     for (const std::string &name : option->get_lnames()) {
-      const size_t distance = edit_distance(word.substr(word.find_first_not_of('-')), name);
+      const size_t distance = launch::edit_distance(word.substr(word.find_first_not_of('-')), name);
       if (distance < best_distance) {
         best_distance = distance;
         best = "--" + name;

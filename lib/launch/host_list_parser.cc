@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
+#include "lib/launch/host_syntax.h"
 
 namespace perseus::launch {
 namespace {
@@ -31,11 +32,6 @@ struct HostPart {
   std::optional<std::string_view> count;  // the text after ':', if any
 };
 
-bool is_name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_';
-}
-
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
@@ -45,12 +41,6 @@ bool is_control(char c) {
   return byte < 0x20 || byte == 0x7f;
 }
 
-std::string hex_byte(char c) {
-  constexpr std::string_view kDigits = "0123456789ABCDEF";
-  auto byte = static_cast<unsigned char>(c);
-  return std::string("0x") + kDigits[byte >> 4] + kDigits[byte & 0xf];
-}
-
 // Quotes text for a one-line message: control characters are shown as \xNN.
 std::string quote(std::string_view text) {
   std::string shown = "'";
@@ -58,26 +48,6 @@ std::string quote(std::string_view text) {
     shown += is_control(c) ? "\\x" + hex_byte(c).substr(2) : std::string(1, c);
   }
   return shown + "'";
-}
-
-std::string describe(char c) {
-  auto byte = static_cast<unsigned char>(c);
-  if (byte > 0x20 && byte < 0x7f) return std::string("'") + c + "'";
-  return "byte " + hex_byte(c);
-}
-
-bool is_ipv6(std::string_view text) {
-  size_t percent = text.find('%');
-  if (percent != std::string_view::npos) {
-    std::string_view zone = text.substr(percent + 1);
-    if (zone.empty()) return false;
-    for (char c : zone) {
-      if (!is_name_char(c)) return false;
-    }
-  }
-  std::string address(text.substr(0, percent));
-  in6_addr parsed{};
-  return inet_pton(AF_INET6, address.c_str(), &parsed) == 1;
 }
 
 [[noreturn]] void fail(std::string_view value, const std::string &message) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
+#include "lib/launch/host_syntax.h"
 
 namespace perseus::launch {
 namespace {
@@ -48,11 +49,6 @@ bool is_control(char c) {
   return (byte < 0x20 && c != '\t') || byte == 0x7f;
 }
 
-bool is_name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_';
-}
-
 bool is_digits(std::string_view text) {
   if (text.empty()) return false;
   for (char c : text) {
@@ -61,35 +57,7 @@ bool is_digits(std::string_view text) {
   return true;
 }
 
-std::string hex_byte(char c) {
-  constexpr std::string_view kDigits = "0123456789ABCDEF";
-  auto byte = static_cast<unsigned char>(c);
-  return std::string("0x") + kDigits[byte >> 4] + kDigits[byte & 0xf];
-}
-
-// "'x'" for a printable character, "byte 0xNN" for anything else.
-std::string describe(char c) {
-  auto byte = static_cast<unsigned char>(c);
-  if (byte > 0x20 && byte < 0x7f) return std::string("'") + c + "'";
-  return "byte " + hex_byte(c);
-}
-
 std::string quote(std::string_view text) { return "'" + std::string(text) + "'"; }
-
-// An IPv6 address as inet_pton reads it, optionally followed by "%zone".
-bool is_ipv6(std::string_view text) {
-  size_t percent = text.find('%');
-  if (percent != std::string_view::npos) {
-    std::string_view zone = text.substr(percent + 1);
-    if (zone.empty()) return false;
-    for (char c : zone) {
-      if (!is_name_char(c)) return false;
-    }
-  }
-  std::string address(text.substr(0, percent));
-  in6_addr parsed{};
-  return inet_pton(AF_INET6, address.c_str(), &parsed) == 1;
-}
 
 std::string echo(std::string_view text) {
   std::string shown(text);
@@ -229,23 +197,6 @@ void parse_host(const Line &line, const Token &token, HostSpec &spec) {
              std::string(text) + "node1");
   }
   spec.host = check_host(line, token.offset + host_start, host);
-}
-
-// Levenshtein distance, to suggest a keyword for a misspelled one.
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
 }
 
 std::string unknown_keyword(std::string_view key, std::string_view value) {

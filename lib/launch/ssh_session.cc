@@ -4,12 +4,13 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -23,6 +24,18 @@ namespace {
 
 constexpr int kKeepaliveSeconds = 10;
 constexpr size_t kRelayChunk = 64 * 1024;
+// libssh2 1.10 signs with RSA keys only as ssh-rsa (SHA-1), which OpenSSH 8.8 and later refuse.
+constexpr const char *kRsaNote =
+    ". RSA keys need libssh2 1.11 or later (this perseusrun has " LIBSSH2_VERSION
+    "): use an ed25519 or ECDSA key, or --rsh ssh";
+
+bool looks_like_rsa(const std::string &key) {
+  std::ifstream pub(key + ".pub");
+  std::string type;
+  pub >> type;
+  return type == "ssh-rsa" ||
+         std::filesystem::path(key).filename().string().find("rsa") != std::string::npos;
+}
 
 std::string address_of(const sockaddr_storage &address) {
   char text[INET6_ADDRSTRLEN] = {};
@@ -160,7 +173,10 @@ void SshSession::authenticate() {
   if (libssh2_userauth_authenticated(session_)) return;
   std::vector<std::string> tried;
   auto try_key = [&](const std::string &key) {
-    if (!std::filesystem::exists(key)) return false;
+    if (!std::filesystem::exists(key) ||
+        std::find(tried.begin(), tried.end(), key) != tried.end()) {
+      return false;
+    }
     tried.push_back(key);
     const std::string pub = key + ".pub";
     return libssh2_userauth_publickey_fromfile_ex(
@@ -197,7 +213,8 @@ void SshSession::authenticate() {
   fail("cannot log in as " + user + " (tried " + (list.empty() ? "no key: none found" : list) +
        "; the server accepts " + (offered ? offered : "?") +
        "); give a key with --ssh-identity FILE, load one into ssh-agent, or set the user "
-       "with --ssh-user or user@host");
+       "with --ssh-user or user@host" +
+       (std::any_of(tried.begin(), tried.end(), looks_like_rsa) ? kRsaNote : ""));
 }
 
 std::string SshSession::relay(const std::string &command, int relay, int stderr_fd,
@@ -216,14 +233,21 @@ std::string SshSession::relay(const std::string &command, int relay, int stderr_
     bool progress = false;
     ssize_t n = libssh2_channel_read(channel, buffer.data(), buffer.size());
     if (n > 0) {
+      if (!said_anything) write_all(stderr_fd, first_stderr);  // the agent started after all
       said_anything = progress = true;
       if (!write_all(relay, std::string_view(buffer.data(), static_cast<size_t>(n)))) break;
     }
     n = libssh2_channel_read_stderr(channel, buffer.data(), buffer.size());
     if (n > 0) {
+      // Until the agent speaks, stderr is the remote shell's (e.g. "not found"): it goes into
+      // the error message instead of onto the terminal unprefixed.
       progress = true;
-      if (first_stderr.size() < 4096) first_stderr.append(buffer.data(), static_cast<size_t>(n));
-      write_all(stderr_fd, std::string_view(buffer.data(), static_cast<size_t>(n)));
+      const std::string_view text(buffer.data(), static_cast<size_t>(n));
+      if (said_anything) {
+        write_all(stderr_fd, text);
+      } else if (first_stderr.size() < 4096) {
+        first_stderr.append(text);
+      }
     }
     if (pending.empty() && !relay_ended) {
       n = recv(relay, buffer.data(), buffer.size(), MSG_DONTWAIT);

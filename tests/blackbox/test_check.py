@@ -301,6 +301,70 @@ def test_check_port_held_by_child(launcher, port_holder):
     assert "python" in use["holders"][0]["command"], str(res)
 
 
+def test_check_established_port_blocks(launcher):
+    """A port with only a connection left on it (its listener closed) is in use, by the process
+    holding the connection."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port), timeout=10)
+        accepted, _ = listener.accept()
+    with client, accepted:
+        res = launcher.run(["--check", "--json", "--master-port", str(port)])
+    assert res.rc == 1, str(res)
+    use = port_entry(check_json(res)["hosts"][0], port, res)
+    assert use["in_use"] is True and "ESTABLISHED" in use["detail"], str(res)
+    assert [h["pid"] for h in use["holders"]] == [os.getpid()], str(res)
+
+
+def test_check_time_wait_port_is_free(launcher):
+    """A port whose only socket is in TIME_WAIT (no process holds it) is free."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port), timeout=10)
+        accepted, _ = listener.accept()
+    accepted.close()  # the side that closes first keeps TIME_WAIT on `port`
+    client.recv(1)
+    client.close()
+    time.sleep(0.2)
+    res = launcher.run(["--check", "--json", "--master-port", str(port)])
+    assert res.rc == 0, str(res)
+    doc = check_json(res)
+    use = port_entry(doc["hosts"][0], port, res)
+    assert use["in_use"] is False and doc["can_start"] is True, str(res)
+
+
+def test_check_json_non_utf8_holder_command(launcher):
+    """The holder's command line is not UTF-8 (an argument with bytes 0xe9 0xff, well inside
+    the 200 bytes kept): --check --json still prints one JSON document naming the holder's pid
+    (the table shows it too)."""
+    script = launcher.tmp / "hold.py"
+    script.write_text(HOLDER)
+    argv = [PY.encode(), bytes(script), b"127.0.0.1", b"1", b"caf\xe9\xff"]
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         start_new_session=True)
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], 15)
+        line = p.stdout.readline() if ready else b""
+        assert line.strip().isdigit(), "the port holder did not start: %r" % line
+        port = int(line)
+        table = launcher.run(["--check", "--master-port", str(port)])
+        res = launcher.run(["--check", "--json", "--master-port", str(port)])
+    finally:
+        p.kill()
+        p.wait(10)
+        p.stdout.close()
+    assert table.rc == 1 and "pid %d " % p.pid in table.out, str(table)
+    assert res.rc == 1, str(res)
+    doc = check_json(res)
+    use = port_entry(doc["hosts"][0], port, res)
+    assert use["in_use"] is True and [h["pid"] for h in use["holders"]] == [p.pid], str(res)
+    assert "hold.py" in use["holders"][0]["command"], str(res)
+
+
 @pytest.mark.parametrize("addr", ["127.0.0.1", "::1"])
 def test_launch_preflight_stops_on_held_port(launcher, port_holder, addr):
     """A launch with a --master-port that a process listens on exits 1 with one error naming the
@@ -429,6 +493,8 @@ def test_check_ssh_port_on_rank0_host(launcher, hosts, port_holder):
     assert use["in_use"] is True and [h["pid"] for h in use["holders"]] == [pid], str(res)
     blockers = [b for b in doc["blockers"] if "port %d" % port in b]
     assert len(blockers) == 1 and hosts.addresses[0] in blockers[0], str(res)
+    for addr in hosts.addresses[1:]:  # the port is free in their networks
+        assert not any(u["in_use"] for u in by_host[addr]["ports"]), str(res)
 
     prog = launcher.prog("put('ran')\n")
     res = launcher.run(["--master-port", str(port), "-H", hostlist, PY, prog, launcher.marker],
@@ -439,6 +505,14 @@ def test_check_ssh_port_on_rank0_host(launcher, hosts, port_holder):
     assert hosts.addresses[0] in errors[0] and "pid %d " % pid in errors[0], str(res)
     time.sleep(0.3)
     assert launcher.started() == [], str(res)
+    end = time.monotonic() + 5
+    while True:
+        left = {p for i in range(hosts.count) for p in hosts.pids_on(i)} - {
+            hosts.sshd_pid(i) for i in range(hosts.count)} - {pid}
+        if not left or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    assert not left, "left on the hosts: %s\n%s" % (sorted(left), res)
 
 
 def test_check_ssh_unreachable_host(launcher, make_test_hosts):
