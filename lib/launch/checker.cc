@@ -57,7 +57,7 @@ void reach(const LaunchConfig &config, std::vector<Target> &targets) {
   }
 }
 
-// Ranks per host as the launch would place them; returns rank 0's host.
+// Ranks per host as the launch would place them; returns the key (user@host) of rank 0's host.
 std::string place(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
                   std::vector<Target> &targets) {
   const auto hello_of = [&](const std::string &user, const std::string &host) -> const Hello & {
@@ -74,12 +74,14 @@ std::string place(const LaunchConfig &config, const std::vector<HostSpec> &menti
   for (size_t i = 0; i < plan.jobs.size(); ++i) {
     targets[i].found.ranks = static_cast<int>(plan.jobs[i].ranks.size());
   }
-  return targets[static_cast<size_t>(plan.placement.ranks[0].host_index)].spec.host;
+  const HostSpec &rank0 = targets[static_cast<size_t>(plan.placement.ranks[0].host_index)].spec;
+  return host_key(rank0.user, rank0.host);
 }
 
 void ask(const LaunchConfig &config, Target &t, const std::string &rank0_host, long long deadline) {
   CheckRequest request{{}, true};
-  if (config.master_port && (rank0_host.empty() || rank0_host == t.spec.host)) {
+  if (config.master_port &&
+      (rank0_host.empty() || rank0_host == host_key(t.spec.user, t.spec.host))) {
     request.ports.push_back(config.master_port);
   }
   try {
@@ -119,7 +121,9 @@ int run_check(const LaunchConfig &config) {
   verdict.blockers.insert(verdict.blockers.begin(), placement_problems.begin(),
                           placement_problems.end());
   const std::string text =
-      config.json ? render_json(findings, verdict, config.gpu_busy_threshold_mib).dump(2) + "\n"
+      config.json ? render_json(findings, verdict, config.gpu_busy_threshold_mib)
+                            .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                        "\n"
                   : render_table(findings, verdict, config.gpu_busy_threshold_mib);
   fputs(text.c_str(), stdout);
   return verdict.can_start() ? kExitSuccess : kExitLaunchFailure;

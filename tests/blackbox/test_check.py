@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import PERSEUSRUN, PY, TIMEOUT, expect_usage_error, free_port, nproc
+from conftest import PY, expect_usage_error, free_port, nproc
 
 VERSION_RE = r"perseusrun \d+\.\d+\.\d+"
 TOP_KEYS = {"can_start", "hosts", "blockers", "warnings", "notes", "gpu_busy_threshold_mib"}
