@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "lib/launch/agent_protocol.h"
@@ -21,6 +22,7 @@
 #include "lib/launch/local_host.h"
 #include "lib/launch/process_tree.h"
 #include "lib/launch/rank_process.h"
+#include "lib/launch/secret_file.h"
 #include "perseus/config.h"
 
 extern char **environ;
@@ -95,6 +97,7 @@ class Agent {
 
  private:
   bool receive_job();
+  void write_secret();
   void start_ranks();
   void loop();
   void poll_once();
@@ -116,6 +119,7 @@ class Agent {
   UniqueFd signals_;
   JobDescription job_;
   std::vector<Frame> early_frames_;
+  std::unique_ptr<SecretFile> secret_;
   std::vector<Rank> ranks_;
   bool launcher_gone_ = false;
   bool terminating_ = false;
@@ -137,6 +141,7 @@ int Agent::run() {
   channel_.send(FrameType::kHello, encode(hello));
   if (!receive_job()) return kExitLaunchFailure;
   try {
+    write_secret();
     start_ranks();
   } catch (const InputError &error) {
     fail(error.what(), kExitUsage);
@@ -182,12 +187,20 @@ bool Agent::receive_job() {
   }
 }
 
+// The rendezvous secret, in a 0600 file inside a 0700 folder of the job's own, for this host's
+// ranks; removed when the agent ends.
+void Agent::write_secret() {
+  if (!job_.secret.empty()) secret_ = std::make_unique<SecretFile>(job_.job_id, job_.secret);
+}
+
 void Agent::start_ranks() {
   check_no_nul(job_.argv, "an argument of the program");
   if (job_.argv.empty()) throw InputError("no program to run");
   for (const auto &launch : job_.ranks) {
     RankCommand command;
-    command.environment = merged_environment(launch.environment);
+    EnvironmentChanges environment = launch.environment;
+    if (secret_) environment.emplace_back("PERSEUS_SECRET_FILE", secret_->path());
+    command.environment = merged_environment(environment);
     check_no_nul(command.environment, "the environment of rank " + std::to_string(launch.rank));
     command.argv = job_.argv;
     command.working_directory = job_.working_directory;

@@ -46,6 +46,10 @@ struct JobDescription {
   std::string working_directory;
   int stdin_rank = -1;            // the rank that gets the launcher's stdin; -1: none on this host
   double kill_grace_seconds = 5;  // SIGTERM to SIGKILL, for leftovers and a lost launcher
+  // The job's rendezvous secret: the agent writes it to a 0600 file for its ranks
+  // (PERSEUS_SECRET_FILE) and removes it when the job ends. It never reaches a command line
+  // or an environment variable.
+  std::string secret;
   std::vector<RankLaunch> ranks;
 };
 

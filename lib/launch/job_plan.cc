@@ -26,6 +26,7 @@ JobDescription describe_host(const LaunchConfig &config, const JobPlan &plan, si
   job.argv = config.command;
   job.working_directory = config.working_directory;
   job.kill_grace_seconds = config.kill_grace_seconds;
+  job.secret = facts.secret;
   std::vector<int> local_ranks;
   for (const RankPlace &place : plan.placement.ranks) {
     if (place.host_index == static_cast<int>(host_index)) local_ranks.push_back(place.rank);

@@ -26,6 +26,7 @@
 #include "lib/launch/local_host.h"
 #include "lib/launch/log.h"
 #include "lib/launch/output_router.h"
+#include "lib/rendezvous/server.h"
 #include "perseus/config.h"
 
 namespace perseus::launch {
@@ -64,6 +65,7 @@ class Launcher {
 
   void start_agents(const std::vector<HostSpec> &mentions);
   std::string master_address(const Host &rank0_host) const;
+  std::string own_address() const;
   void collect_hellos();
   void plan(const std::vector<HostSpec> &mentions);
   std::map<std::string, BusyGpus> preflight(const Host &rank0_host);
@@ -86,6 +88,8 @@ class Launcher {
   std::map<std::string, Agent> agents_;  // by host key
   std::vector<std::string> agent_order_;
   JobPlan plan_;
+  rendezvous::Secret secret_ = rendezvous::random_secret();
+  std::unique_ptr<rendezvous::Server> rendezvous_;
   std::unique_ptr<OutputRouter> output_;
   std::vector<RankExited> new_failures_;
   std::optional<RankExited> failure_;
@@ -187,11 +191,16 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
   }
   // MASTER_ADDR and MASTER_PORT depend on rank 0's host, and which GPUs are free on the
   // preflight: plan once to find rank 0's host, then again with the facts.
-  JobFacts facts{job_id(), "", 0};
+  JobFacts facts;
+  facts.job_id = job_id();
+  facts.secret.assign(reinterpret_cast<const char *>(secret_.data()), secret_.size());
   plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported);
   const Host &rank0_host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];
   const std::map<std::string, BusyGpus> busy = preflight(rank0_host);
   facts.master_addr = master_address(rank0_host);
+  rendezvous_ = std::make_unique<rendezvous::Server>(secret_, own_address());
+  facts.rendezvous_addr = rendezvous_->address();
+  facts.rendezvous_port = rendezvous_->port();
   facts.master_port = config_.master_port ? config_.master_port : hello_of(rank0_host).free_port;
   plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported, [&](const Host &host) {
     const auto found = busy.find(host_key(host.user, host.host));
@@ -247,6 +256,13 @@ std::string Launcher::master_address(const Host &rank0_host) const {
   if (!is_local_host(rank0_host.host)) {
     return rank0.peer_address().empty() ? rank0_host.host : rank0.peer_address();
   }
+  return own_address();
+}
+
+// This machine's address as every host reaches it: --addr, --iface, the address of the SSH
+// connections, the source address of the route to the first other host, or loopback when the
+// job runs here alone.
+std::string Launcher::own_address() const {
   if (!config_.ssh.address.empty()) return config_.ssh.address;
   if (!config_.ssh.interface.empty()) {
     const std::string address = interface_address(config_.ssh.interface);
@@ -256,9 +272,14 @@ std::string Launcher::master_address(const Host &rank0_host) const {
     }
     return address;
   }
-  // Rank 0 is here: the address the other hosts reached us from, else loopback.
   for (const auto &[key, agent] : agents_) {
     if (!agent.link->local_address().empty()) return agent.link->local_address();
+  }
+  for (const auto &[key, agent] : agents_) {
+    if (!is_local_host(agent.link->host())) {
+      const std::string address = route_source_address(agent.link->host());
+      if (!address.empty()) return address;
+    }
   }
   return "127.0.0.1";
 }

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <pwd.h>
 #include <sched.h>
@@ -72,6 +73,23 @@ std::string interface_address(const std::string &name) {
   }
   freeifaddrs(list);
   return v4.empty() ? v6 : v4;
+}
+
+std::string route_source_address(const std::string &host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo *found = nullptr;
+  if (getaddrinfo(host.c_str(), "22", &hints, &found) != 0 || !found) return "";
+  std::string address;
+  UniqueFd fd(socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_storage local{};
+  socklen_t length = sizeof local;
+  if (fd.valid() && connect(fd.get(), found->ai_addr, found->ai_addrlen) == 0 &&
+      getsockname(fd.get(), reinterpret_cast<sockaddr *>(&local), &length) == 0) {
+    address = address_text(reinterpret_cast<const sockaddr *>(&local));
+  }
+  freeaddrinfo(found);
+  return address;
 }
 
 int free_tcp_port() {

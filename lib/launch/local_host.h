@@ -14,6 +14,10 @@ std::string local_hostname();
 // The first IPv4 address (else IPv6) of network interface `name`; "" if it has none.
 std::string interface_address(const std::string &name);
 
+// The source address this machine would use to reach `host` (a UDP "connect", which sends
+// nothing); "" when there is no route or the name does not resolve.
+std::string route_source_address(const std::string &host);
+
 // A TCP port that is free on this host now (bound to port 0 and released, as torchrun does).
 int free_tcp_port();
 

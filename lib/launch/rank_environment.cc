@@ -48,6 +48,8 @@ EnvironmentChanges rank_environment(const Placement &placement, int rank, const 
       {"PERSEUS_NODE_RANK", node_rank},
       {"PERSEUS_NUM_NODES", nodes},
       {"PERSEUS_JOB_ID", job.job_id},
+      {"PERSEUS_RENDEZVOUS_ADDR", job.rendezvous_addr},
+      {"PERSEUS_RENDEZVOUS_PORT", std::to_string(job.rendezvous_port)},
   };
 }
 

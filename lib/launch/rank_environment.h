@@ -13,6 +13,9 @@ struct JobFacts {
   std::string job_id;
   std::string master_addr;
   int master_port = 0;
+  std::string rendezvous_addr;  // the launcher's key-value store (lib/rendezvous)
+  int rendezvous_port = 0;
+  std::string secret;  // bytes; to the agents only, never into an environment
 };
 
 EnvironmentChanges rank_environment(const Placement &placement, int rank, const JobFacts &job);

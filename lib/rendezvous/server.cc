@@ -39,8 +39,8 @@ struct Connection {
 std::string peer_name(const sockaddr_storage &address) {
   char host[INET6_ADDRSTRLEN] = "?";
   char port[8] = "?";
-  getnameinfo(reinterpret_cast<const sockaddr *>(&address), sizeof address, host, sizeof host,
-              port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV);
+  getnameinfo(reinterpret_cast<const sockaddr *>(&address), sizeof address, host, sizeof host, port,
+              sizeof port, NI_NUMERICHOST | NI_NUMERICSERV);
   return std::string(host) + ":" + port;
 }
 
@@ -53,8 +53,8 @@ int listen_on(const std::string &address, int &port) {
     throw WireError("rendezvous: '" + address + "' is not an IP address to listen on");
   }
   const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  const bool ok = fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-                  listen(fd, 1024) == 0;
+  const bool ok =
+      fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && listen(fd, 1024) == 0;
   freeaddrinfo(found);
   if (!ok) {
     const std::string why = strerror(errno);
@@ -64,9 +64,8 @@ int listen_on(const std::string &address, int &port) {
   sockaddr_storage bound{};
   socklen_t length = sizeof bound;
   getsockname(fd, reinterpret_cast<sockaddr *>(&bound), &length);
-  port = ntohs(bound.ss_family == AF_INET
-                   ? reinterpret_cast<sockaddr_in &>(bound).sin_port
-                   : reinterpret_cast<sockaddr_in6 &>(bound).sin6_port);
+  port = ntohs(bound.ss_family == AF_INET ? reinterpret_cast<sockaddr_in &>(bound).sin_port
+                                          : reinterpret_cast<sockaddr_in6 &>(bound).sin6_port);
   return fd;
 }
 
@@ -132,9 +131,9 @@ void Server::State::run() {
 
 void Server::State::accept_all() {
   for (;;) {
-    sockaddr_storage address{};
-    socklen_t length = sizeof address;
-    const int fd = accept4(listener, reinterpret_cast<sockaddr *>(&address), &length,
+    sockaddr_storage from{};
+    socklen_t length = sizeof from;
+    const int fd = accept4(listener, reinterpret_cast<sockaddr *>(&from), &length,
                            SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
     if (connections.size() >= kMaxConnections) {
@@ -144,7 +143,7 @@ void Server::State::accept_all() {
     }
     Connection &c = connections.emplace_back();
     c.fd = fd;
-    c.peer = peer_name(address);
+    c.peer = peer_name(from);
     c.server_nonce = random_nonce();
     c.out.assign(reinterpret_cast<const char *>(c.server_nonce.data()), kNonceSize);
   }
