@@ -224,6 +224,7 @@ TEST_CASE("CBOR messages of the wrong shape throw LaunchError naming the peer") 
                     {"cwd", bytes_of("/")},
                     {"stdin_rank", -1},
                     {"kill_grace", 5.0},
+                    {"secret", bytes_of("s")},
                     {"ranks", {{{"rank", 0}, {"env", {{bytes_of("A"), bytes_of("1")}}}}}}};
   REQUIRE_NOTHROW(decode_job(cbor(job), kPeer));
   for (const auto &[key, value] : std::vector<std::pair<std::string, json>>{
@@ -231,6 +232,7 @@ TEST_CASE("CBOR messages of the wrong shape throw LaunchError naming the peer") 
            {"cwd", "/text"},
            {"stdin_rank", "0"},
            {"kill_grace", "5"},
+           {"secret", "text, not bytes"},
            {"ranks", json::array({{{"rank", "0"}, {"env", json::array()}}})},
            {"ranks", json::array({{{"rank", 0}, {"env", json::array({"A=1"})}}})},
            {"ranks", json::array({{{"rank", 0}, {"env", {{"A", "1"}}}}})},

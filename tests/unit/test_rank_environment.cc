@@ -69,7 +69,9 @@ EnvironmentChanges expected_environment(const Expected &e, const JobFacts &job) 
           {"PERSEUS_CROSS_SIZE", s(e.cross_size)},
           {"PERSEUS_NODE_RANK", s(e.node_rank)},
           {"PERSEUS_NUM_NODES", s(e.nodes)},
-          {"PERSEUS_JOB_ID", job.job_id}};
+          {"PERSEUS_JOB_ID", job.job_id},
+          {"PERSEUS_RENDEZVOUS_ADDR", job.rendezvous_addr},
+          {"PERSEUS_RENDEZVOUS_PORT", s(job.rendezvous_port)}};
 }
 
 std::vector<PlacementHost> slots(std::vector<int> counts) {
