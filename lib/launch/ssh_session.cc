@@ -93,7 +93,8 @@ void ssh_library_init() {
 SshSession::SshSession(const SshTarget &target, const SshSettings &settings)
     : target_(target), settings_(settings) {
   connect_socket();
-  session_ = libssh2_session_init();
+  owned_session_.reset(libssh2_session_init());
+  session_ = owned_session_.get();
   if (!session_) fail("libssh2_session_init failed");
   handshake();
   verify_host_key(session_, target_.host, target_.port, settings_.home + "/.ssh/known_hosts",
@@ -102,13 +103,11 @@ SshSession::SshSession(const SshTarget &target, const SshSettings &settings)
   libssh2_keepalive_config(session_, 1, kKeepaliveSeconds);
 }
 
-SshSession::~SshSession() {
-  if (session_) {
-    libssh2_session_set_blocking(session_, 1);
-    libssh2_session_set_timeout(session_, 2000);
-    libssh2_session_disconnect(session_, "perseusrun: done");
-    libssh2_session_free(session_);
-  }
+void SshSession::SessionDeleter::operator()(LIBSSH2_SESSION *session) const {
+  libssh2_session_set_blocking(session, 1);
+  libssh2_session_set_timeout(session, 2000);
+  libssh2_session_disconnect(session, "perseusrun: done");
+  libssh2_session_free(session);
 }
 
 void SshSession::fail(const std::string &what) {

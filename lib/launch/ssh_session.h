@@ -9,6 +9,7 @@
 #include <libssh2.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 
 #include "lib/launch/system_call.h"
@@ -39,7 +40,7 @@ class SshSession {
  public:
   // Throws LaunchError naming the host and the cause (unreachable, refused, host key, login).
   SshSession(const SshTarget &target, const SshSettings &settings);
-  ~SshSession();
+  ~SshSession() = default;
   SshSession(const SshSession &) = delete;
   SshSession &operator=(const SshSession &) = delete;
 
@@ -60,10 +61,16 @@ class SshSession {
   void authenticate();
   [[noreturn]] void fail(const std::string &what);
 
+  // Disconnects and frees; a member, so that a constructor that throws half-way frees too.
+  struct SessionDeleter {
+    void operator()(LIBSSH2_SESSION *session) const;
+  };
+
   SshTarget target_;
   SshSettings settings_;
   UniqueFd socket_;
-  LIBSSH2_SESSION *session_ = nullptr;
+  std::unique_ptr<LIBSSH2_SESSION, SessionDeleter> owned_session_;
+  LIBSSH2_SESSION *session_ = nullptr;  // owned_session_.get()
   std::string local_address_;
   std::string peer_address_;
 };
