@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -16,6 +17,35 @@ namespace perseus::rendezvous {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A connected blocking socket, or -1 with `why` set; never waits past `deadline`.
+int connect_before(const addrinfo &address, Clock::time_point deadline, std::string &why) {
+  const int fd = socket(address.ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    why = strerror(errno);
+    return -1;
+  }
+  int error = 0;
+  if (connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
+    error = errno;
+    if (error == EINPROGRESS) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd p{fd, POLLOUT, 0};
+      socklen_t length = sizeof error;
+      error = poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) == 1
+                  ? (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length), error)
+                  : ETIMEDOUT;
+    }
+  }
+  if (error != 0) {
+    why = strerror(error);
+    close(fd);
+    return -1;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
 
 int connect_to(const std::string &host, int port, Clock::time_point deadline,
                const std::string &where) {
@@ -28,13 +58,11 @@ int connect_to(const std::string &host, int port, Clock::time_point deadline,
   std::string why = "no address";
   for (;;) {  // the server may not be listening yet: retry until the deadline
     for (const addrinfo *a = found; a; a = a->ai_next) {
-      const int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      const int fd = connect_before(*a, deadline, why);
+      if (fd >= 0) {
         freeaddrinfo(found);
         return fd;
       }
-      why = strerror(errno);
-      if (fd >= 0) close(fd);
     }
     if (Clock::now() >= deadline) break;
     usleep(50000);
@@ -97,15 +125,22 @@ void Client::receive_some(Clock::time_point deadline) {
 }
 
 Message Client::call(const Message &request, std::chrono::milliseconds timeout) {
-  send_all(send_->seal(request));
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (auto reply = receive_->open(in_)) {
-      if (reply->op == Op::kError) throw WireError("rendezvous " + where_ + ": " + reply->value);
-      return *reply;
-    }
-    receive_some(deadline);
+  if (!broken_.empty()) {
+    throw WireError("rendezvous " + where_ + ": this connection failed earlier (" + broken_ +
+                    "); connect again");
   }
+  std::optional<Message> reply;
+  try {
+    send_all(send_->seal(request));
+    const auto deadline = Clock::now() + timeout;
+    while (!(reply = receive_->open(in_))) receive_some(deadline);
+  } catch (const WireError &error) {
+    broken_ = error.what();
+    throw;
+  }
+  // A refusal is a whole answer: the connection stays in step and usable.
+  if (reply->op == Op::kError) throw WireError("rendezvous " + where_ + ": " + reply->value);
+  return *reply;
 }
 
 void Client::set(const std::string &key, const std::string &value) {

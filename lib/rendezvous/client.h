@@ -1,6 +1,8 @@
 #pragma once
 // A rank's connection to the job's key-value store (server.h). Blocking calls; one
-// connection, used from one thread at a time. Any failure throws WireError naming the server.
+// connection, used from one thread at a time. Any failure throws WireError naming the server,
+// and leaves the connection unusable (a late answer could otherwise be taken for the next
+// call's): make a new Client to go on.
 
 #include <chrono>
 #include <cstdint>
@@ -39,6 +41,7 @@ class Client {
   std::string in_;
   std::optional<Channel> send_;
   std::optional<Channel> receive_;
+  std::string broken_;  // why an earlier call failed; "" while usable
 };
 
 }  // namespace perseus::rendezvous

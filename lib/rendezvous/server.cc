@@ -22,7 +22,8 @@ namespace {
 
 // A peer must say hello within this time; then it may stay as long as it likes.
 constexpr auto kHelloDeadline = std::chrono::seconds(10);
-constexpr size_t kMaxConnections = 4096;
+// Past this many connections, one that has not proved the secret is evicted for a newcomer.
+constexpr size_t kMaxConnections = 1024;
 constexpr size_t kReadChunk = 64 * 1024;
 
 struct Connection {
@@ -95,7 +96,9 @@ struct Server::State {
   void accept_all();
   void serve(Connection &c);
   void handle(Connection &c, const Message &request);
+  void put(const std::string &key, const std::string &value);
   void reply(Connection &c, Op op, const std::string &value);
+  void evict_oldest_unproven();
   void drop(std::list<Connection>::iterator it, const std::string &why);
 };
 
@@ -136,6 +139,7 @@ void Server::State::accept_all() {
     const int fd = accept4(listener, reinterpret_cast<sockaddr *>(&from), &length,
                            SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
+    if (connections.size() >= kMaxConnections) evict_oldest_unproven();
     if (connections.size() >= kMaxConnections) {
       close(fd);
       ++dropped;
@@ -146,6 +150,17 @@ void Server::State::accept_all() {
     c.peer = peer_name(from);
     c.server_nonce = random_nonce();
     c.out.assign(reinterpret_cast<const char *>(c.server_nonce.data()), kNonceSize);
+  }
+}
+
+// Peers that have not proved the secret cannot crowd out those that will: the oldest of them
+// makes room for a newcomer, who gets its chance to say hello.
+void Server::State::evict_oldest_unproven() {
+  for (auto it = connections.begin(); it != connections.end(); ++it) {
+    if (!it->receive) {
+      drop(it, "evicted before its hello");
+      return;
+    }
   }
 }
 
@@ -174,13 +189,10 @@ void Server::State::serve(Connection &c) {
 
 void Server::State::handle(Connection &c, const Message &request) {
   switch (request.op) {
-    case Op::kSet: {
-      store[request.key] = request.value;
-      for (Connection *waiter : waiting[request.key]) reply(*waiter, Op::kReply, request.value);
-      waiting.erase(request.key);
+    case Op::kSet:
+      put(request.key, request.value);
       reply(c, Op::kReply, "");
       break;
-    }
     case Op::kGet: {
       const auto found = store.find(request.key);
       if (found != store.end()) {
@@ -193,11 +205,13 @@ void Server::State::handle(Connection &c, const Message &request) {
     case Op::kAdd: {
       const auto delta = to_int64(request.value);
       const auto current = store.count(request.key) ? to_int64(store[request.key]) : 0;
-      if (!delta || !current) {
-        reply(c, Op::kError, "add needs integers: key '" + request.key + "'");
+      int64_t sum = 0;
+      if (!delta || !current || __builtin_add_overflow(*current, *delta, &sum)) {
+        reply(c, Op::kError,
+              "add needs integers whose sum fits in 64 bits: key '" + request.key + "'");
         break;
       }
-      store[request.key] = std::to_string(*current + *delta);
+      put(request.key, std::to_string(sum));
       reply(c, Op::kReply, store[request.key]);
       break;
     }
@@ -207,6 +221,15 @@ void Server::State::handle(Connection &c, const Message &request) {
     default:
       throw WireError("refused a request with a reply's op");
   }
+}
+
+// Sets a key and answers every GET that was waiting for it.
+void Server::State::put(const std::string &key, const std::string &value) {
+  store[key] = value;
+  const auto waiters = waiting.find(key);
+  if (waiters == waiting.end()) return;
+  for (Connection *waiter : waiters->second) reply(*waiter, Op::kReply, value);
+  waiting.erase(waiters);
 }
 
 void Server::State::reply(Connection &c, Op op, const std::string &value) {

@@ -2,7 +2,9 @@
 // The job's key-value store, served by the launcher on one address (never the wildcard) for
 // the ranks' rendezvous: set, get (waits until the key is set), add, check. Every connection
 // must prove it knows the job's secret before anything else (wire.h); a connection that fails
-// any check is dropped and logged, and the store goes on serving the others.
+// any check is dropped and counted (dropped()), and the store goes on serving the others.
+// Connections that have not proved the secret never keep out one that will: at the limit the
+// oldest of them is evicted.
 //
 // Threading: the server runs its own thread, started by the constructor and joined by the
 // destructor; the store lives only on that thread.

@@ -122,7 +122,9 @@ std::optional<Message> Channel::open(std::string &buffer) {
     throw WireError("refused a malformed message");
   }
   const uint64_t value_size = get_be(body, 13 + key_size, 4);
-  if (17 + key_size + value_size != body.size()) throw WireError("refused a malformed message");
+  if (value_size > kMaxValue || 17 + key_size + value_size != body.size()) {
+    throw WireError("refused a malformed message");
+  }
   ++counter_;
   Message message{static_cast<Op>(op), std::string(body.substr(13, key_size)),
                   std::string(body.substr(17 + key_size, value_size))};
