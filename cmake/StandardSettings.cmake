@@ -9,7 +9,8 @@ set(CMAKE_EXPORT_COMPILE_COMMANDS ON)
 
 add_library(perseus_warnings INTERFACE)
 target_compile_options(perseus_warnings INTERFACE
-  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align -Wunused
+  -Wall -Wextra -Wpedantic -Wshadow $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor> -Wcast-align
+  -Wunused
   -Wconversion -Wno-sign-conversion -Wformat=2 -Werror=return-type
   # Aggregates with default member initializers are meant to be partly initialised.
   -Wno-missing-field-initializers)

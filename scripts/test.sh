@@ -10,7 +10,7 @@ scripts/setup.sh
 jobs=$(nproc)
 
 echo "== clang-format"
-mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find apps lib tests bench -name '*.cc' -o -name '*.h')
+mapfile -t sources < <(git ls-files '*.cc' '*.c' '*.h' 2>/dev/null || find apps lib tests bench -name '*.cc' -o -name '*.h')
 clang-format --dry-run --Werror "${sources[@]}"
 
 echo "== tests (release build)"

@@ -1,0 +1,144 @@
+#include "lib/comm/gloo/backend.h"
+
+#include <cstring>
+#include <exception>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "lib/comm/error.h"
+#include "lib/comm/reduction.h"
+
+namespace perseus::comm::gloo {
+
+namespace {
+
+// Gloo reports a lost peer and a timeout alike as IoException; only its text tells them apart
+// (gloo/transport/tcp/{pair,unbound_buffer}.cc: "Timed out waiting ...").
+Error translate(const ::gloo::IoException &error, const std::string &prefix) {
+  const std::string what = error.what();
+  if (what.find("Timed out") != std::string::npos) {
+    return Error(Code::kTimeout, prefix + "a peer did not take part in time: " + what +
+                                     " (PERSEUS_COLLECTIVE_TIMEOUT sets the limit in seconds; "
+                                     "do all ranks call the same collectives in the same order?)");
+  }
+  return Error(Code::kCommunication,
+               prefix + "lost the connection to a peer, which has probably died: " + what +
+                   ". The job cannot go on: exit with a non-zero code and perseusrun ends the "
+                   "other ranks");
+}
+
+// Runs one Gloo call, turning Gloo's exceptions into ours, with `doing` in front of the
+// message (the collectives need none: c_api.cc names the call). Errors of our own (the
+// store's) pass unchanged; anything else is a bug.
+template <typename F>
+void guarded(const std::string &doing, F &&call) {
+  const std::string prefix = doing.empty() ? "" : doing + ": ";
+  try {
+    call();
+  } catch (const Error &) {
+    throw;
+  } catch (const ::gloo::IoException &error) {
+    throw translate(error, prefix);
+  } catch (const std::exception &error) {
+    throw Error(Code::kInternal, prefix + "Gloo failed: " + error.what());
+  }
+}
+
+// Gloo needs only the element size of buffers it moves (the reduce function knows the type),
+// so an unsigned integer of that size stands for every type.
+template <typename Options>
+void set_output(Options &options, void *buffer, size_t count, size_t element) {
+  switch (element) {
+    case 1:
+      return options.template setOutput<uint8_t>(static_cast<uint8_t *>(buffer), count);
+    case 2:
+      return options.template setOutput<uint16_t>(static_cast<uint16_t *>(buffer), count);
+    case 4:
+      return options.template setOutput<uint32_t>(static_cast<uint32_t *>(buffer), count);
+    default:
+      return options.template setOutput<uint64_t>(static_cast<uint64_t *>(buffer), count);
+  }
+}
+
+std::shared_ptr<::gloo::transport::Device> listen(const JobEnvironment &job,
+                                                  const std::string &address) {
+  ::gloo::transport::tcp::attr attr;
+  if (job.gloo_iface.empty()) {
+    attr.hostname = address;
+  } else {
+    attr.iface = job.gloo_iface;
+  }
+  const std::string on = job.gloo_iface.empty()
+                             ? "address " + address
+                             : "interface " + job.gloo_iface + " (PERSEUS_GLOO_IFACE)";
+  try {
+    return ::gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception &error) {
+    throw Error(Code::kCommunication, "rank " + std::to_string(job.rank) +
+                                          " could not listen for its peers on " + on + ": " +
+                                          error.what());
+  }
+}
+
+}  // namespace
+
+Backend::Backend(const JobEnvironment &job, ::gloo::rendezvous::Store &store,
+                 const std::string &address) {
+  auto device = listen(job, address);
+  context_ = std::make_shared<::gloo::rendezvous::Context>(job.rank, job.size);
+  context_->setTimeout(job.init_timeout);
+  guarded("rank " + std::to_string(job.rank) + " connecting to the other " +
+              std::to_string(job.size - 1) + " ranks from " + device->str(),
+          [&] { context_->connectFullMesh(store, device); });
+  context_->setTimeout(job.collective_timeout);
+}
+
+void Backend::allreduce(const void *send, void *recv, size_t count, DataType type, ReduceOp op) {
+  // Out of place becomes in place: Gloo's own out-of-place path is the same copy.
+  if (send != recv) std::memcpy(recv, send, count * element_size(type));
+  guarded("", [&] {
+    ::gloo::AllreduceOptions options(context_);
+    options.setTag(next_tag());
+    set_output(options, recv, count, element_size(type));
+    options.setReduceFunction(reduce_function(type, op));
+    ::gloo::allreduce(options);
+  });
+  if (op == ReduceOp::kAverage) divide_elements(recv, count, type, context_->size);
+}
+
+void Backend::broadcast(void *buffer, size_t count, DataType type, int root) {
+  guarded("", [&] {
+    ::gloo::BroadcastOptions options(context_);
+    options.setTag(next_tag());
+    options.setRoot(root);
+    set_output(options, buffer, count, element_size(type));
+    ::gloo::broadcast(options);
+  });
+}
+
+void Backend::allgather(const void *send, void *recv, size_t count, DataType type) {
+  const size_t bytes = count * element_size(type);
+  auto *slot = static_cast<uint8_t *>(recv) + static_cast<size_t>(context_->rank) * bytes;
+  if (send != slot) std::memcpy(slot, send, bytes);  // the runtime ruled out any overlap
+  guarded("", [&] {
+    ::gloo::AllgatherOptions options(context_);
+    options.setTag(next_tag());
+    set_output(options, recv, count * static_cast<size_t>(context_->size), element_size(type));
+    ::gloo::allgather(options);
+  });
+}
+
+void Backend::barrier() {
+  guarded("", [&] {
+    ::gloo::BarrierOptions options(context_);
+    options.setTag(next_tag());
+    ::gloo::barrier(options);
+  });
+}
+
+}  // namespace perseus::comm::gloo

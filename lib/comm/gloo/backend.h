@@ -1,0 +1,39 @@
+#pragma once
+// The Gloo backend: collectives on host memory over TCP, one connection per pair of ranks.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+
+#include "lib/comm/job_environment.h"
+#include "lib/comm/transport/backend.h"
+
+namespace perseus::comm::gloo {
+
+class Backend : public transport::Backend {
+ public:
+  // Listens on `address` (or on the interface PERSEUS_GLOO_IFACE names), publishes it in
+  // `store` and connects to every other rank, waiting at most job.init_timeout. Throws
+  // Error(kCommunication) when it cannot listen or connect, Error(kTimeout) or
+  // Error(kRendezvous) from the store. `store` is needed only during the constructor.
+  Backend(const JobEnvironment &job, ::gloo::rendezvous::Store &store, const std::string &address);
+
+  void allreduce(const void *send, void *recv, size_t count, DataType type, ReduceOp op) override;
+  void broadcast(void *buffer, size_t count, DataType type, int root) override;
+  void allgather(const void *send, void *recv, size_t count, DataType type) override;
+  void barrier() override;
+
+ private:
+  // Every rank issues the same collectives in the same order, so a counter gives each one the
+  // same tag on every rank, and a late message of one collective can never be taken for
+  // another's.
+  uint32_t next_tag() { return tag_++; }
+
+  std::shared_ptr<::gloo::rendezvous::Context> context_;
+  uint32_t tag_ = 0;
+};
+
+}  // namespace perseus::comm::gloo

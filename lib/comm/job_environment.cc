@@ -1,0 +1,89 @@
+#include "lib/comm/job_environment.h"
+
+#include <charconv>
+#include <limits>
+
+#include "lib/comm/error.h"
+
+namespace perseus::comm {
+
+namespace {
+
+std::string required(Lookup lookup, const char *name) {
+  const char *value = lookup(name);
+  if (!value || !*value) {
+    throw Error(Code::kRendezvous,
+                std::string(name) +
+                    " is not set: libperseus learns its place in the job from perseusrun. Start "
+                    "the program under perseusrun (perseusrun -np N program ...); starting "
+                    "alone or under mpirun is not supported yet");
+  }
+  return value;
+}
+
+// A whole decimal int in [low, high], else Error(code) naming the variable and the value.
+int parse_int(const std::string &text, const char *name, int low, int high, Code code) {
+  int value = 0;
+  const char *end = text.data() + text.size();
+  const auto [at, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || at != end || value < low || value > high) {
+    throw Error(code, std::string(name) + "='" + text + "' is not a whole number in [" +
+                          std::to_string(low) + ", " + std::to_string(high) + "]");
+  }
+  return value;
+}
+
+int required_int(Lookup lookup, const char *name, int low, int high) {
+  return parse_int(required(lookup, name), name, low, high, Code::kRendezvous);
+}
+
+std::chrono::milliseconds seconds_or(Lookup lookup, const char *name,
+                                     std::chrono::milliseconds fallback) {
+  const char *value = lookup(name);
+  if (!value || !*value) return fallback;
+  constexpr int kMaxSeconds = 7 * 24 * 3600;
+  return std::chrono::seconds(parse_int(value, name, 1, kMaxSeconds, Code::kInvalidArgument));
+}
+
+// Ranks and sizes must agree with each other; perseusrun always sets them so, but a user may
+// have copied a few variables by hand.
+void check_places(const JobEnvironment &e) {
+  const auto place = [](int rank, int size, const char *what) {
+    if (rank >= size) {
+      throw Error(Code::kRendezvous, std::string(what) + " rank " + std::to_string(rank) +
+                                         " is not below its size " + std::to_string(size) +
+                                         ": the PERSEUS_* variables disagree");
+    }
+  };
+  place(e.rank, e.size, "PERSEUS_RANK/PERSEUS_SIZE:");
+  place(e.local_rank, e.local_size, "PERSEUS_LOCAL_RANK/PERSEUS_LOCAL_SIZE:");
+  place(e.cross_rank, e.cross_size, "PERSEUS_CROSS_RANK/PERSEUS_CROSS_SIZE:");
+}
+
+}  // namespace
+
+JobEnvironment read_job_environment(Lookup lookup) {
+  constexpr int kMax = std::numeric_limits<int>::max();
+  JobEnvironment e;
+  // The rendezvous address first: its absence means "not under perseusrun", the one message
+  // a user starting the program by hand needs.
+  e.rendezvous_addr = required(lookup, "PERSEUS_RENDEZVOUS_ADDR");
+  e.rendezvous_port = required_int(lookup, "PERSEUS_RENDEZVOUS_PORT", 1, 65535);
+  e.secret_file = required(lookup, "PERSEUS_SECRET_FILE");
+  e.rank = required_int(lookup, "PERSEUS_RANK", 0, kMax);
+  e.size = required_int(lookup, "PERSEUS_SIZE", 1, kMax);
+  e.local_rank = required_int(lookup, "PERSEUS_LOCAL_RANK", 0, kMax);
+  e.local_size = required_int(lookup, "PERSEUS_LOCAL_SIZE", 1, kMax);
+  e.cross_rank = required_int(lookup, "PERSEUS_CROSS_RANK", 0, kMax);
+  e.cross_size = required_int(lookup, "PERSEUS_CROSS_SIZE", 1, kMax);
+  const char *job_id = lookup("PERSEUS_JOB_ID");
+  e.job_id = job_id ? job_id : "";
+  check_places(e);
+  e.init_timeout = seconds_or(lookup, "PERSEUS_INIT_TIMEOUT", e.init_timeout);
+  e.collective_timeout = seconds_or(lookup, "PERSEUS_COLLECTIVE_TIMEOUT", e.collective_timeout);
+  const char *iface = lookup("PERSEUS_GLOO_IFACE");
+  e.gloo_iface = iface ? iface : "";
+  return e;
+}
+
+}  // namespace perseus::comm

@@ -1,0 +1,39 @@
+#pragma once
+// What a rank learns from the environment perseusrun gives it (lib/launch/rank_environment.cc):
+// its place in the job and where the job's rendezvous store is, plus the user's tuning
+// variables. libperseus and perseusrun meet only here and in lib/rendezvous.
+
+#include <chrono>
+#include <string>
+
+namespace perseus::comm {
+
+struct JobEnvironment {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  std::string job_id;
+  std::string rendezvous_addr;
+  int rendezvous_port = 0;
+  std::string secret_file;
+  // PERSEUS_INIT_TIMEOUT (s): the longest wait for the store and for the peers in perseus_init.
+  std::chrono::milliseconds init_timeout{std::chrono::seconds(60)};
+  // PERSEUS_COLLECTIVE_TIMEOUT (s): the longest wait for the peers in one collective. Long by
+  // default, since blocking collectives also wait for ranks that are merely slower (a
+  // checkpoint, an evaluation); a dead peer is noticed at once through its closed connection.
+  std::chrono::milliseconds collective_timeout{std::chrono::seconds(1800)};
+  // PERSEUS_GLOO_IFACE: a network interface for Gloo's connections instead of the address this
+  // host uses to reach the rendezvous store.
+  std::string gloo_iface;
+};
+
+using Lookup = const char *(*)(const char *name);
+
+// Throws Error(kRendezvous) when perseusrun's variables are missing or malformed (naming the
+// variable and the value), Error(kInvalidArgument) for a malformed tuning variable.
+JobEnvironment read_job_environment(Lookup lookup);
+
+}  // namespace perseus::comm

@@ -1,0 +1,33 @@
+#pragma once
+// The contract of a communication backend (Gloo now, NCCL later): blocking collectives among
+// the job's ranks, on buffers the backend can reach (host memory for Gloo).
+//
+// Promises: each call returns when this rank's part is done and its output is final. Calls are
+// made from one thread at a time (the runtime serialises them), and every rank makes the same
+// calls in the same order with the same count, type, op and root; the runtime has checked the
+// arguments (valid type, op and root; non-null buffers; count > 0).
+// Failures: Error(kCommunication) when a peer is lost or a transfer fails, Error(kTimeout) when
+// a peer did not take part in time; the caller (c_api.cc) adds which call failed. After either, the
+// backend is unusable: the job must end (perseusrun's fail-fast does the rest).
+
+#include <cstddef>
+
+#include "lib/comm/types.h"
+
+namespace perseus::comm::transport {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // recv = op over all ranks of send; send == recv is in place, else they do not overlap.
+  virtual void allreduce(const void *send, void *recv, size_t count, DataType type,
+                         ReduceOp op) = 0;
+  virtual void broadcast(void *buffer, size_t count, DataType type, int root) = 0;
+  // recv holds count * size elements. send is either recv + rank * count (already in place) or
+  // a buffer that does not overlap recv.
+  virtual void allgather(const void *send, void *recv, size_t count, DataType type) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace perseus::comm::transport

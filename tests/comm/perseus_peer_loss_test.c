@@ -1,0 +1,53 @@
+/* A rank program for tests/comm/test_comm.py: rank VICTIM (argv[1]) SIGKILLs itself after
+ * argv[2] seconds while every rank loops over allreduces, so that it dies in the middle of one.
+ * The others must not hang: each either gets an error from libperseus (printed, exit 3) or is
+ * ended by perseusrun's fail-fast. With argv[3] == "ignore-sigterm" the survivors ignore
+ * SIGTERM, so that only libperseus's own error can end them in time.
+ *
+ * C99 + POSIX alarm(); only perseus.h from Perseus. */
+#define _POSIX_C_SOURCE 199309L
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "perseus/perseus.h"
+
+static void die(int signo) {
+  (void)signo;
+  raise(SIGKILL); /* async-signal-safe; as abrupt as an OOM kill */
+}
+
+int main(int argc, char **argv) {
+  enum { kCount = 1 << 18, kRounds = 1000000 };
+  static float buf[kCount];
+  int rank, round, rc;
+  if (argc < 3) {
+    fprintf(stderr, "usage: perseus_peer_loss_test VICTIM SECONDS [ignore-sigterm]\n");
+    return 2;
+  }
+  if (perseus_init() != PERSEUS_SUCCESS) {
+    fprintf(stderr, "init: %s\n", perseus_last_error());
+    return 1;
+  }
+  rank = perseus_rank();
+  if (rank == atoi(argv[1])) {
+    signal(SIGALRM, die);
+    alarm((unsigned)atoi(argv[2]));
+  } else if (argc > 3 && strcmp(argv[3], "ignore-sigterm") == 0) {
+    signal(SIGTERM, SIG_IGN);
+  }
+  printf("rank %d: looping\n", rank);
+  fflush(stdout);
+  for (round = 0; round < kRounds; ++round) {
+    rc = perseus_allreduce(buf, buf, kCount, PERSEUS_FLOAT32, PERSEUS_SUM, "loop");
+    if (rc != PERSEUS_SUCCESS) {
+      fprintf(stderr, "rank %d: round %d: error %d: %s\n", rank, round, rc, perseus_last_error());
+      return 3;
+    }
+  }
+  fprintf(stderr, "rank %d: the victim never died\n", rank);
+  return 1;
+}
