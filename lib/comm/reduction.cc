@@ -106,8 +106,16 @@ template <typename T>
 void divide_loop(void *data, size_t n, int divisor) {
   auto *p = static_cast<T *>(data);
   using C = decltype(widen(T{}));
-  const auto d = static_cast<C>(divisor);
-  for (size_t i = 0; i < n; ++i) p[i] = narrow<T>(static_cast<C>(widen(p[i]) / d));
+  if constexpr (std::is_integral_v<C>) {
+    // In 64 bits: the rank count need not fit the element type (uint8 over 256 ranks).
+    const auto d = static_cast<int64_t>(divisor);
+    for (size_t i = 0; i < n; ++i) {
+      p[i] = narrow<T>(static_cast<C>(static_cast<int64_t>(widen(p[i])) / d));
+    }
+  } else {
+    const auto d = static_cast<C>(divisor);
+    for (size_t i = 0; i < n; ++i) p[i] = narrow<T>(static_cast<C>(widen(p[i]) / d));
+  }
 }
 
 // Calls f with a null pointer of the element type of `type`, to pick a template instance.
