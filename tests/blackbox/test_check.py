@@ -16,7 +16,6 @@ import os
 import platform
 import re
 import select
-import signal
 import socket
 import subprocess
 import time
@@ -428,28 +427,13 @@ def ssh_env(launcher, hosts):
     return launcher.env(HOME=str(hosts.home), SSH_AUTH_SOCK=None, SSH_AGENT_PID=None)
 
 
-def kill_remote_leftovers(hosts):
-    """SIGKILLs, by pid, what a test left inside the hosts' namespaces (never their sshd)."""
-    for _ in range(50):
-        left = [p for i in range(hosts.count) for p in hosts.pids_on(i)
-                if p != hosts.sshd_pid(i)]
-        if not left:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def hosts(launcher, test_hosts):
     """The module's three hosts; afterwards what the test left on them is killed and stopped
     hosts are restarted."""
     yield test_hosts
     launcher.cleanup()
-    kill_remote_leftovers(test_hosts)
+    test_hosts.kill_leftovers()
     for i in range(test_hosts.count):
         if test_hosts.sshd_pid(i) is None:
             test_hosts.start_host(i)
@@ -547,4 +531,4 @@ def test_check_ssh_unreachable_host(launcher, make_test_hosts):
         assert any(down in b for b in doc["blockers"]), str(res)
     finally:
         launcher.cleanup()
-        kill_remote_leftovers(h)
+        h.kill_leftovers()

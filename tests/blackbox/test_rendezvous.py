@@ -252,26 +252,11 @@ def test_probe_four_ranks_over_two_local_aliases(launcher, probe):
     check_probe(res, 4)
 
 
-def kill_remote_leftovers(hosts):
-    """SIGKILLs, by pid, whatever runs inside the hosts' namespaces besides their sshd."""
-    for _ in range(50):
-        left = [p for i in range(hosts.count) for p in hosts.pids_on(i)
-                if p != hosts.sshd_pid(i)]
-        if not left:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def hosts(launcher, test_hosts):
     yield test_hosts
     launcher.cleanup()
-    kill_remote_leftovers(test_hosts)
+    test_hosts.kill_leftovers()
 
 
 def test_probe_over_ssh_hosts(launcher, probe, hosts):

@@ -78,21 +78,6 @@ def wait_hosts_clean(hosts, within):
         time.sleep(0.05)
 
 
-def kill_remote_leftovers(hosts):
-    """SIGKILLs, by pid, whatever a test left inside the hosts' namespaces (never their sshd)."""
-    for _ in range(50):
-        left = remote_leftovers(hosts)
-        if not left:
-            return
-        for pids in left.values():
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        time.sleep(0.05)
-
-
 def assert_nothing_left(launcher, hosts, res=None, within=5.0):
     """Nothing of the job is alive: no marked process right now (ranks and their children carry
     the marker in argv; local helpers such as ssh clients in their environment), and within
@@ -273,7 +258,7 @@ def hosts(launcher, test_hosts):
     hosts is SIGKILLed (by pid, inside the hosts' namespaces only) and stopped hosts restarted."""
     yield test_hosts
     launcher.cleanup()
-    kill_remote_leftovers(test_hosts)
+    test_hosts.kill_leftovers()
     for i in range(test_hosts.count):
         if test_hosts.sshd_pid(i) is None:
             test_hosts.start_host(i)
@@ -292,7 +277,7 @@ def own_hosts(launcher, make_test_hosts):
     yield make
     launcher.cleanup()
     for h in made:
-        kill_remote_leftovers(h)
+        h.kill_leftovers()
 
 
 # ---- placement and environment --------------------------------------------------------------

@@ -262,6 +262,24 @@ class TestHosts:
         """Pids of the live processes running in host i's namespace (its sshd included)."""
         return [p for p in _pids_in_netns(self.namespaces[i]) if _pid_alive(p)]
 
+    def leftovers(self):
+        """Pids of what runs inside the hosts' namespaces besides their listening sshd."""
+        return [p for i in range(self.count) for p in self.pids_on(i) if p != self.sshd_pid(i)]
+
+    def kill_leftovers(self):
+        """SIGKILLs, by pid, whatever a test left inside the hosts' namespaces (never their
+        sshd), until nothing is left or about 2.5 s have passed."""
+        for _ in range(50):
+            left = self.leftovers()
+            if not left:
+                return
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.05)
+
     def sshd_pid(self, i):
         """Pid of host i's listening sshd, or None when it is stopped."""
         p = self._procs.get(i)
