@@ -38,23 +38,21 @@ void RendezvousStore::set(const std::string &key, const std::vector<char> &data)
 
 std::string RendezvousStore::fetch(const std::string &key, std::chrono::milliseconds timeout) {
   if (auto it = fetched_.find(key); it != fetched_.end()) return it->second;
-  const auto start = std::chrono::steady_clock::now();
   try {
     return fetched_[key] = client_.get(prefix_ + key, timeout);
-  } catch (const rendezvous::WireError &error) {
-    // Either the store failed us (closed, refused) or the key did not come in time: a rank
-    // that never called perseus_init, or died first. The clock tells the two apart.
-    const std::string who = "rank " + std::to_string(rank_);
-    if (std::chrono::steady_clock::now() - start < timeout) {
-      throw Error(Code::kRendezvous, who + " could not read " + describe(key) +
-                                         " from the rendezvous store: " + error.what());
-    }
+  } catch (const rendezvous::TimeoutError &) {
+    // The key did not come in time: a rank that never called perseus_init, or died first.
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout_).count();
-    throw Error(Code::kTimeout, who + " waited " + std::to_string(seconds) + " s for " +
-                                    describe(key) +
+    throw Error(Code::kTimeout, "rank " + std::to_string(rank_) + " waited " +
+                                    std::to_string(seconds) + " s for " + describe(key) +
                                     " in the rendezvous store, in vain: did every rank call "
                                     "perseus_init? (PERSEUS_INIT_TIMEOUT sets the limit in "
                                     "seconds)");
+  } catch (const rendezvous::WireError &error) {
+    // The store failed us: closed, refused, or not the job's secret.
+    throw Error(Code::kRendezvous, "rank " + std::to_string(rank_) + " could not read " +
+                                       describe(key) +
+                                       " from the rendezvous store: " + error.what());
   }
 }
 

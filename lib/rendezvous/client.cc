@@ -108,10 +108,12 @@ void Client::send_all(const std::string &bytes) {
 }
 
 void Client::receive_some(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  pollfd p{fd_, POLLIN, 0};
-  if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) == 0) {
-    throw WireError("rendezvous " + where_ + ": no answer in time");
+  for (;;) {
+    // Rounded up, so that poll never wakes before the deadline it was given.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) throw TimeoutError("rendezvous " + where_ + ": no answer in time");
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) != 0) break;
   }
   char chunk[64 * 1024];
   const ssize_t n = recv(fd_, chunk, sizeof chunk, 0);
@@ -150,6 +152,8 @@ void Client::set(const std::string &key, const std::string &value) {
 std::string Client::get(const std::string &key, std::chrono::milliseconds timeout) {
   try {
     return call({Op::kGet, key, ""}, timeout).value;
+  } catch (const TimeoutError &error) {
+    throw TimeoutError(std::string(error.what()) + " (waiting for key '" + key + "')");
   } catch (const WireError &error) {
     throw WireError(std::string(error.what()) + " (waiting for key '" + key + "')");
   }

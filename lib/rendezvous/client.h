@@ -22,7 +22,7 @@ class Client {
   Client &operator=(const Client &) = delete;
 
   void set(const std::string &key, const std::string &value);
-  // Waits until the key is set, at most `timeout` (then WireError naming the key).
+  // Waits until the key is set, at most `timeout` (then TimeoutError naming the key).
   std::string get(const std::string &key, std::chrono::milliseconds timeout);
   int64_t add(const std::string &key, int64_t delta);
   bool check(const std::string &key);

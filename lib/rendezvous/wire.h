@@ -44,6 +44,12 @@ class WireError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The server did not answer within the caller's timeout (a key nobody set, in time).
+class TimeoutError : public WireError {
+ public:
+  using WireError::WireError;
+};
+
 enum class Op : uint8_t {
   kSet = 1,     // key = value
   kGet = 2,     // the value of key; waits until it is set
