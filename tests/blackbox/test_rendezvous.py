@@ -473,3 +473,26 @@ def test_idle_unauthenticated_connections_do_not_lock_the_ranks_out(launcher, pr
         flood.kill()
         flood.wait(10)
     check_probe(res, 3)
+
+
+def test_secret_folders_of_dead_agents_are_swept_live_ones_kept(launcher, tmp_path):
+    """An agent that was SIGKILLed cannot remove its secret folder; the next agent removes the
+    folders whose lock nobody holds, and leaves alone one whose lock is held (a live job)."""
+    import fcntl
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    stale, live = tmp / "perseus-0000dead-AAAAAA", tmp / "perseus-0000live-BBBBBB"
+    for folder in (stale, live):
+        folder.mkdir(mode=0o700)
+        (folder / "secret").write_bytes(b"s" * 32)
+        (folder / "secret").chmod(0o600)
+    with open(live / "secret", "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        res = launcher.run(["-np", "1", "-H", "localhost:1",
+                            PY, "-c", "import os; print(os.environ['PERSEUS_SECRET_FILE'])"],
+                           env=launcher.env(TMPDIR=str(tmp)))
+        assert res.rc == 0, str(res)
+        assert not stale.exists(), "the dead agent's folder was left behind"
+        assert (live / "secret").read_bytes() == b"s" * 32, "a live job's secret was touched"
+    # The job's own folder is gone too.
+    assert sorted(p.name for p in tmp.iterdir()) == [live.name], str(res)
