@@ -6,14 +6,22 @@
  * what to do. Error codes are negative so that the rank queries can return either a rank or an
  * error from one int (as libusb does).
  *
- * Threading: the collectives block the calling thread until this rank's part is done. Calls
- * from several threads are serialised, but every rank must issue the same collectives in the
- * same order, so call them from one thread. perseus_last_error() is per thread.
+ * Threading: every operation, blocking or not, is a request handed to one background thread,
+ * which agrees with the other ranks on which named requests every rank has made, runs them in
+ * the same order everywhere and fuses small all-reduces into one buffer (Horovod's model). So
+ * ranks may submit named operations in different orders, from any thread. Blocking calls are a
+ * submission and a wait. perseus_last_error() is per thread.
  *
- * Memory: host memory only, for now (the NCCL backend for device memory is still to come).
+ * Memory: host memory (device PERSEUS_DEVICE_CPU) over Gloo; CUDA device memory over NCCL when
+ * perseus_nccl_built() says so.
  *
  * Bootstrap: start the program under perseusrun, which gives each rank its place
- * (PERSEUS_RANK, PERSEUS_SIZE, ...) and the job's rendezvous store. */
+ * (PERSEUS_RANK, PERSEUS_SIZE, ...) and the job's rendezvous store; or under Open MPI's mpirun
+ * (OMPI_COMM_WORLD_*) or Slurm's srun with Open MPI present, where MPI carries the rendezvous.
+ *
+ * Tuning (environment, read by perseus_init; defaults in lib/comm/README.md):
+ * PERSEUS_FUSION_THRESHOLD (bytes), PERSEUS_CYCLE_TIME (ms), PERSEUS_STALL_CHECK_SECONDS,
+ * PERSEUS_STALL_SHUTDOWN_SECONDS, PERSEUS_TIMELINE (a Chrome trace file, written by rank 0). */
 #ifndef PERSEUS_PERSEUS_H_
 #define PERSEUS_PERSEUS_H_
 
@@ -94,11 +102,11 @@ PERSEUS_API int perseus_local_size(void);
 PERSEUS_API int perseus_cross_rank(void);
 PERSEUS_API int perseus_cross_size(void);
 
-/* Collectives. Blocking, on host memory, `count` elements of `dtype` per rank. Every rank must
- * call the same collective with the same count, dtype, op and root. count 0 is valid and moves
- * nothing (pointers may then be NULL), but is still a collective call. `name` labels the
- * operation in messages; it may be NULL. Collectives wait at most PERSEUS_COLLECTIVE_TIMEOUT
- * seconds (default 1800) for peers; a peer that dies is noticed at once. */
+/* Blocking collectives on host memory, `count` elements of `dtype` per rank: a submission of
+ * the asynchronous form below and a wait. Every rank must make the same call with the same
+ * name (or NULL, see below), count, dtype, op and root. count 0 is valid and moves nothing
+ * (pointers may then be NULL), but is still a collective call. A peer that dies is noticed at
+ * once and named in the error. */
 
 /* recv[i] = op over all ranks of send[i]. send may equal recv (in place); otherwise the two
  * must not overlap. */
@@ -113,6 +121,80 @@ PERSEUS_API int perseus_allgather(const void *send, void *recv, size_t count, in
                                   const char *name);
 /* Returns once every rank has called it. */
 PERSEUS_API int perseus_barrier(void);
+
+/* ---- Asynchronous named operations ------------------------------------------------------
+ *
+ * Each *_async call checks its arguments, hands the operation to the background thread and
+ * returns at once with a request in *request; the buffers are borrowed until the request is
+ * done. Every rank must submit an operation of the same name with matching arguments (dtype,
+ * op, counts that fit, root); ranks may do so in any order and from any thread. A name may be
+ * in flight only once per rank at a time; NULL gives "<operation>.noname.<n>", n counting this
+ * process's unnamed calls of that operation (so unnamed calls must come in the same order on
+ * every rank). An operation whose arguments disagree between ranks fails on every rank with an
+ * error naming the ranks and values; the job goes on.
+ *
+ * device: PERSEUS_DEVICE_CPU for host memory, else the CUDA device ordinal the buffers live on;
+ * stream: for device memory, the cudaStream_t (NULL: the legacy default stream) on which the
+ * caller queued the work that produces the input; the operation starts after that work, and
+ * perseus_wait makes that stream's later work wait for the result. Ignored for host memory.
+ *
+ * prescale/postscale multiply each input element before the reduction and each result after it
+ * (1.0: none), in float64 for integers (rounded toward zero) and in float32 for 16-bit floats.
+ */
+#define PERSEUS_DEVICE_CPU (-1)
+
+typedef struct perseus_request perseus_request_t;
+
+/* recv[i] = postscale * op over ranks of (prescale * send[i]). send may equal recv. */
+PERSEUS_API int perseus_allreduce_async(const void *send, void *recv, size_t count, int dtype,
+                                        int op, double prescale, double postscale,
+                                        const char *name, int device, void *stream,
+                                        perseus_request_t **request);
+PERSEUS_API int perseus_broadcast_async(void *buf, size_t count, int dtype, int root,
+                                        const char *name, int device, void *stream,
+                                        perseus_request_t **request);
+/* Every rank's send (count elements; counts may differ between ranks), in rank order. The
+ * result is held by the request: read it with perseus_output_counts and perseus_output_copy. */
+PERSEUS_API int perseus_allgatherv_async(const void *send, size_t count, int dtype,
+                                         const char *name, int device, void *stream,
+                                         perseus_request_t **request);
+/* send holds size blocks, send_counts[r] elements for rank r, one after the other. The result
+ * (the blocks every rank sent to this one, in rank order) is held by the request, as for
+ * allgatherv; perseus_output_counts gives what came from each rank. */
+PERSEUS_API int perseus_alltoall_async(const void *send, const size_t *send_counts, int dtype,
+                                       const char *name, int device, void *stream,
+                                       perseus_request_t **request);
+/* send holds size blocks, recv_counts[r] elements for rank r, the same recv_counts on every
+ * rank; this rank's recv (recv_counts[rank] elements) = postscale * op over ranks of (prescale *
+ * that rank's block number `rank`). */
+PERSEUS_API int perseus_reducescatter_async(const void *send, void *recv,
+                                            const size_t *recv_counts, int dtype, int op,
+                                            double prescale, double postscale, const char *name,
+                                            int device, void *stream,
+                                            perseus_request_t **request);
+
+/* 1 when the request is done (succeeded or failed), 0 while it runs, PERSEUS_ERROR_INVALID_ARGUMENT
+ * for a NULL request. Never blocks. */
+PERSEUS_API int perseus_poll(const perseus_request_t *request);
+/* Waits until the request is done and returns its result: PERSEUS_SUCCESS or the error, whose
+ * message (the operation, its name and the cause: a peer that ended, a mismatch, a stall)
+ * perseus_last_error() then gives. May be called again; the request stays valid. */
+PERSEUS_API int perseus_wait(perseus_request_t *request);
+/* After a successful wait on an allgatherv or alltoall: counts[r] = the elements that came from
+ * rank r (counts has perseus_size() entries). */
+PERSEUS_API int perseus_output_counts(const perseus_request_t *request, size_t *counts);
+/* After a successful wait on an allgatherv or alltoall: copies the result (the sum of the
+ * counts, in elements of the request's dtype) to dst, host or device memory as submitted. */
+PERSEUS_API int perseus_output_copy(const perseus_request_t *request, void *dst);
+/* Frees the request. A request still running is waited for first (its buffers are in use). */
+PERSEUS_API void perseus_release(perseus_request_t *request);
+
+/* Horovod's join: this rank has no more data. Blocks until every rank has joined; meanwhile
+ * this rank takes part in the all-reduces the others submit with zeros (and in their
+ * broadcasts, receiving nothing), so ranks with fewer batches do not stall the rest. Other
+ * operations submitted while a rank has joined fail naming it. *last_rank (may be NULL) = the
+ * last rank to join. device: where the zeros are made (PERSEUS_DEVICE_CPU or a CUDA device). */
+PERSEUS_API int perseus_join(int device, int *last_rank);
 
 /* What the last failed call of this thread said: the function, the name given to it, what
  * failed with which value, and what to do. "" when none has failed. Valid until this thread's

@@ -2,7 +2,9 @@
 // the one place that turns exceptions into result codes and the thread's last-error message:
 // no exception crosses the C ABI.
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <shared_mutex>
@@ -95,10 +97,40 @@ int with_runtime(const char *function, const char *name, Body &&body) noexcept {
   });
 }
 
+// The handle perseus.h calls perseus_request_t: the caller's share of the request.
+struct Handle {
+  std::shared_ptr<Request> request;
+};
+
+const Request &request_of(const perseus_request_t *handle) {
+  if (!handle) throw Error(Code::kInvalidArgument, "request is NULL");
+  return *reinterpret_cast<const Handle *>(handle)->request;
+}
+
+int hand_out(std::shared_ptr<Request> request, perseus_request_t **out) {
+  *out = reinterpret_cast<perseus_request_t *>(new Handle{std::move(request)});
+  return PERSEUS_SUCCESS;
+}
+
+void require_out(perseus_request_t **out) {
+  if (!out) throw Error(Code::kInvalidArgument, "request (the output pointer) is NULL");
+  *out = nullptr;
+}
+
+// A blocking call: submit, wait, and the request is freed with the shared pointer.
+int finish(const std::shared_ptr<Request> &request) {
+  request->wait();
+  return PERSEUS_SUCCESS;
+}
+
 }  // namespace
 
 }  // namespace perseus::comm
 
+using perseus::comm::finish;
+using perseus::comm::hand_out;
+using perseus::comm::request_of;
+using perseus::comm::require_out;
 using perseus::comm::Runtime;
 using perseus::comm::with_runtime;
 
@@ -118,7 +150,9 @@ PERSEUS_API int perseus_init(void) {
     if (state().runtime) return PERSEUS_SUCCESS;
     const int generation = state().generation++;
     const auto lookup = [](const char *variable) -> const char * { return std::getenv(variable); };
-    state().runtime = std::make_unique<Runtime>(read_job_environment(lookup), generation);
+    auto settings = read_engine_settings(lookup);
+    state().runtime =
+        std::make_unique<Runtime>(read_job_environment(lookup), std::move(settings), generation);
     return PERSEUS_SUCCESS;
   });
 }
@@ -127,7 +161,7 @@ PERSEUS_API int perseus_finalize(void) {
   using namespace perseus::comm;
   return guarded("perseus_finalize", nullptr, [] {
     std::unique_lock lock(state().mutex);
-    initialized();
+    initialized().shutdown();
     state().runtime.reset();
     return PERSEUS_SUCCESS;
   });
@@ -160,22 +194,20 @@ PERSEUS_API int perseus_cross_size(void) {
 PERSEUS_API int perseus_allreduce(const void *send, void *recv, size_t count, int dtype, int op,
                                   const char *name) {
   return with_runtime("perseus_allreduce", name, [&](Runtime &r) {
-    r.allreduce(send, recv, count, dtype, op);
-    return PERSEUS_SUCCESS;
+    return finish(r.allreduce(send, recv, count, dtype, op, 1.0, 1.0, name, -1, nullptr));
   });
 }
 
 PERSEUS_API int perseus_broadcast(void *buf, size_t count, int dtype, int root, const char *name) {
   return with_runtime("perseus_broadcast", name, [&](Runtime &r) {
-    r.broadcast(buf, count, dtype, root);
-    return PERSEUS_SUCCESS;
+    return finish(r.broadcast(buf, count, dtype, root, name, -1, nullptr));
   });
 }
 
 PERSEUS_API int perseus_allgather(const void *send, void *recv, size_t count, int dtype,
                                   const char *name) {
   return with_runtime("perseus_allgather", name, [&](Runtime &r) {
-    r.allgather(send, recv, count, dtype);
+    r.allgather(send, recv, count, dtype, name);
     return PERSEUS_SUCCESS;
   });
 }
@@ -183,6 +215,119 @@ PERSEUS_API int perseus_allgather(const void *send, void *recv, size_t count, in
 PERSEUS_API int perseus_barrier(void) {
   return with_runtime("perseus_barrier", nullptr, [](Runtime &r) {
     r.barrier();
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_allreduce_async(const void *send, void *recv, size_t count, int dtype,
+                                        int op, double prescale, double postscale, const char *name,
+                                        int device, void *stream, perseus_request_t **request) {
+  return with_runtime("perseus_allreduce_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(
+        r.allreduce(send, recv, count, dtype, op, prescale, postscale, name, device, stream),
+        request);
+  });
+}
+
+PERSEUS_API int perseus_broadcast_async(void *buf, size_t count, int dtype, int root,
+                                        const char *name, int device, void *stream,
+                                        perseus_request_t **request) {
+  return with_runtime("perseus_broadcast_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.broadcast(buf, count, dtype, root, name, device, stream), request);
+  });
+}
+
+PERSEUS_API int perseus_allgatherv_async(const void *send, size_t count, int dtype,
+                                         const char *name, int device, void *stream,
+                                         perseus_request_t **request) {
+  return with_runtime("perseus_allgatherv_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.allgatherv(send, count, dtype, name, device, stream), request);
+  });
+}
+
+PERSEUS_API int perseus_alltoall_async(const void *send, const size_t *send_counts, int dtype,
+                                       const char *name, int device, void *stream,
+                                       perseus_request_t **request) {
+  return with_runtime("perseus_alltoall_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.alltoall(send, send_counts, dtype, name, device, stream), request);
+  });
+}
+
+PERSEUS_API int perseus_reducescatter_async(const void *send, void *recv, const size_t *recv_counts,
+                                            int dtype, int op, double prescale, double postscale,
+                                            const char *name, int device, void *stream,
+                                            perseus_request_t **request) {
+  return with_runtime("perseus_reducescatter_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.reducescatter(send, recv, recv_counts, dtype, op, prescale, postscale, name,
+                                    device, stream),
+                    request);
+  });
+}
+
+PERSEUS_API int perseus_poll(const perseus_request_t *request) {
+  return perseus::comm::guarded("perseus_poll", nullptr,
+                                [&] { return request_of(request).done() ? 1 : 0; });
+}
+
+PERSEUS_API int perseus_wait(perseus_request_t *request) {
+  return perseus::comm::guarded("perseus_wait", nullptr, [&] {
+    request_of(request).wait();
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_output_counts(const perseus_request_t *request, size_t *counts) {
+  return perseus::comm::guarded("perseus_output_counts", nullptr, [&] {
+    const auto &r = request_of(request);
+    if (!counts)
+      throw perseus::comm::Error(perseus::comm::Code::kInvalidArgument, "counts is NULL");
+    if (!r.done() || r.output_counts.empty()) {
+      throw perseus::comm::Error(perseus::comm::Code::kInvalidArgument,
+                                 "the request has no output: call it after a successful "
+                                 "perseus_wait on an allgatherv or alltoall");
+    }
+    r.wait();
+    std::copy(r.output_counts.begin(), r.output_counts.end(), counts);
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_output_copy(const perseus_request_t *request, void *dst) {
+  return perseus::comm::guarded("perseus_output_copy", nullptr, [&] {
+    const auto &r = request_of(request);
+    if (!r.done() || r.output_counts.empty()) {
+      throw perseus::comm::Error(perseus::comm::Code::kInvalidArgument,
+                                 "the request has no output: call it after a successful "
+                                 "perseus_wait on an allgatherv or alltoall");
+    }
+    r.wait();
+    if (r.output.empty()) return PERSEUS_SUCCESS;
+    if (!dst) {
+      throw perseus::comm::Error(
+          perseus::comm::Code::kInvalidArgument,
+          "dst is NULL while the output holds " + std::to_string(r.output.size()) + " bytes");
+    }
+    std::memcpy(dst, r.output.data(), r.output.size());
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API void perseus_release(perseus_request_t *request) {
+  if (!request) return;
+  auto *handle = reinterpret_cast<perseus::comm::Handle *>(request);
+  handle->request->wait_quietly();
+  delete handle;
+}
+
+PERSEUS_API int perseus_join(int device, int *last_rank) {
+  return with_runtime("perseus_join", nullptr, [&](Runtime &r) {
+    const int last = r.join(device);
+    if (last_rank) *last_rank = last;
     return PERSEUS_SUCCESS;
   });
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "lib/comm/error.h"
@@ -118,6 +119,33 @@ void divide_loop(void *data, size_t n, int divisor) {
   }
 }
 
+template <typename T>
+void scale_loop(void *data, size_t n, double factor) {
+  auto *p = static_cast<T *>(data);
+  using C = decltype(widen(T{}));
+  if constexpr (std::is_integral_v<C>) {
+    // In float64, rounded toward zero, saturated at the type's limits (a cast of a double
+    // out of range would be undefined).
+    const double low = static_cast<double>(std::numeric_limits<T>::min());
+    const double high = static_cast<double>(std::numeric_limits<T>::max());
+    for (size_t i = 0; i < n; ++i) {
+      const double x = static_cast<double>(widen(p[i])) * factor;
+      if (x != x) {
+        p[i] = T{0};  // NaN (0 * inf)
+      } else if (x <= low) {
+        p[i] = std::numeric_limits<T>::min();
+      } else if (x >= high) {  // high may round up to 2^63, itself out of range
+        p[i] = std::numeric_limits<T>::max();
+      } else {
+        p[i] = static_cast<T>(x);
+      }
+    }
+  } else {
+    const auto f = static_cast<C>(factor);
+    for (size_t i = 0; i < n; ++i) p[i] = narrow<T>(static_cast<C>(widen(p[i]) * f));
+  }
+}
+
 // Calls f with a null pointer of the element type of `type`, to pick a template instance.
 template <typename F>
 auto dispatch(DataType type, F &&f) {
@@ -150,6 +178,11 @@ ReduceFunction reduce_function(DataType type, ReduceOp op) {
 
 void divide_elements(void *data, size_t n, DataType type, int divisor) {
   dispatch(type, [&]<typename T>(T *) { divide_loop<T>(data, n, divisor); });
+}
+
+void scale_elements(void *data, size_t n, DataType type, double factor) {
+  if (factor == 1.0) return;
+  dispatch(type, [&]<typename T>(T *) { scale_loop<T>(data, n, factor); });
 }
 
 }  // namespace perseus::comm

@@ -17,4 +17,8 @@ ReduceFunction reduce_function(DataType type, ReduceOp op);
 // data[i] /= divisor. Integers: C's division (toward zero); 16-bit floats: in float32.
 void divide_elements(void *data, size_t n, DataType type, int divisor);
 
+// data[i] *= factor (prescale and postscale). Integers: in float64, rounded toward zero;
+// 16-bit floats: in float32. A factor of 1 leaves data untouched.
+void scale_elements(void *data, size_t n, DataType type, double factor);
+
 }  // namespace perseus::comm

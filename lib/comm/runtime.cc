@@ -2,7 +2,9 @@
 
 #include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "lib/comm/error.h"
@@ -10,6 +12,7 @@
 #include "lib/comm/local_address.h"
 #include "lib/comm/rendezvous_store.h"
 #include "lib/rendezvous/client.h"
+#include "lib/rendezvous/wire.h"
 
 namespace perseus::comm {
 
@@ -53,16 +56,6 @@ void ignore_sigpipe() {
   }
 }
 
-std::unique_ptr<transport::Backend> connect(const JobEnvironment &job, int generation) {
-  ignore_sigpipe();
-  const auto client = open_store(job);
-  const std::string address = address_toward(job.rendezvous_addr, job.rendezvous_port);
-  RendezvousStore store(*client, "perseus/comm/" + std::to_string(generation) + "/gloo/", job.rank,
-                        job.init_timeout);
-  // The store is needed only to meet: the client's connection closes on return.
-  return std::make_unique<gloo::Backend>(job, store, address);
-}
-
 Error invalid(const std::string &message) { return Error(Code::kInvalidArgument, message); }
 
 void require_buffer(const void *pointer, const char *argument, size_t count) {
@@ -88,61 +81,211 @@ bool overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
   return x < y + b_bytes && y < x + a_bytes;
 }
 
-}  // namespace
-
-Runtime::Runtime(JobEnvironment job, int generation)
-    : job_(std::move(job)), backend_(connect(job_, generation)) {}
-
-void Runtime::allreduce(const void *send, void *recv, size_t count, int dtype, int op) {
-  const DataType type = to_data_type(dtype);
-  const ReduceOp reduce = to_reduce_op(op);
-  if (count == 0) return;
-  require_buffer(send, "send", count);
-  require_buffer(recv, "recv", count);
-  const size_t bytes = byte_count(count, type, 1);
-  if (send != recv && overlap(send, bytes, recv, bytes)) {
-    throw invalid("send and recv overlap but are not equal: pass the same pointer for in place");
+size_t total_of(const size_t *counts, int ranks, const char *argument, DataType type) {
+  size_t total = 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (counts[r] > std::numeric_limits<size_t>::max() - total) {
+      throw invalid(std::string(argument) + " add up to more than size_t holds");
+    }
+    total += counts[r];
   }
-  std::lock_guard lock(mutex_);
-  backend_->allreduce(send, recv, count, type, reduce);
+  byte_count(total, type, 1);
+  return total;
 }
 
-void Runtime::broadcast(void *buffer, size_t count, int dtype, int root) {
-  const DataType type = to_data_type(dtype);
+}  // namespace
+
+Runtime::Runtime(JobEnvironment job, EngineSettings settings, int generation)
+    : job_(std::move(job)) {
+  ignore_sigpipe();
+  store_ = open_store(job_);
+  const std::string address = address_toward(job_.rendezvous_addr, job_.rendezvous_port);
+  std::unique_ptr<transport::Backend> backend;
+  {
+    RendezvousStore store(*store_, "perseus/comm/" + std::to_string(generation) + "/gloo/",
+                          job_.rank, job_.init_timeout);
+    backend = std::make_unique<gloo::Backend>(job_, store, address);
+  }
+  engine_ = std::make_unique<Engine>(job_, std::move(backend), std::move(settings),
+                                     [this] { return lost_peers(); });
+}
+
+Runtime::~Runtime() = default;
+
+// perseusrun publishes "perseus/exit/<rank>" in the store when a rank's process ends (how, and
+// where). After a lost connection, the peer that ended is usually already there; a survivor
+// may notice a moment before the launcher does, so this waits a little.
+std::string Runtime::lost_peers() {
+  if (!store_) return "";
+  constexpr auto kPatience = std::chrono::seconds(2);
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  try {
+    for (;;) {
+      std::string found;
+      for (int r = 0; r < job_.size; ++r) {
+        if (r == job_.rank) continue;
+        const std::string key = "perseus/exit/" + std::to_string(r);
+        if (store_->check(key)) {
+          found += (found.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " " +
+                   store_->get(key, std::chrono::seconds(1));
+        }
+      }
+      if (!found.empty()) return found;
+      if (std::chrono::steady_clock::now() >= deadline) return "";
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception &) {
+    return "";  // the launcher itself is gone: nothing more to learn
+  }
+}
+
+std::shared_ptr<Request> Runtime::make(OpKind kind, const char *name, int dtype, int device,
+                                       void *stream) {
+  auto request = std::make_shared<Request>();
+  request->what.kind = kind;
+  request->what.type = to_data_type(dtype);
+  if (device != -1) {
+    // The NCCL backend is not part of this build yet (include/perseus/perseus.h).
+    throw invalid("device " + std::to_string(device) +
+                  " given, but this libperseus moves host memory only "
+                  "(perseus_nccl_built() is 0): pass PERSEUS_DEVICE_CPU (-1) and host buffers");
+  }
+  request->what.device = device;
+  request->stream = stream;
+  if (name && std::strlen(name) > kMaxNameBytes) {
+    throw invalid("the name is " + std::to_string(std::strlen(name)) + " bytes long, over " +
+                  std::to_string(kMaxNameBytes));
+  }
+  request->what.name = name && *name ? name : engine_->unnamed(kind);
+  return request;
+}
+
+std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
+  engine_->submit(request);
+  return request;
+}
+
+std::shared_ptr<Request> Runtime::allreduce(const void *send, void *recv, size_t count, int dtype,
+                                            int op, double prescale, double postscale,
+                                            const char *name, int device, void *stream) {
+  auto request = make(OpKind::kAllreduce, name, dtype, device, stream);
+  const DataType type = request->what.type;
+  request->what.op = to_reduce_op(op);
+  if (!(prescale == prescale) || !(postscale == postscale)) {
+    throw invalid("prescale/postscale must be numbers, not NaN");
+  }
+  request->what.prescale = prescale;
+  request->what.postscale = postscale;
+  if (count > 0) {
+    require_buffer(send, "send", count);
+    require_buffer(recv, "recv", count);
+    const size_t bytes = byte_count(count, type, 1);
+    if (send != recv && overlap(send, bytes, recv, bytes)) {
+      throw invalid("send and recv overlap but are not equal: pass the same pointer for in place");
+    }
+  }
+  request->what.count = count;
+  request->send = send;
+  request->recv = recv;
+  return submit(std::move(request));
+}
+
+std::shared_ptr<Request> Runtime::broadcast(void *buffer, size_t count, int dtype, int root,
+                                            const char *name, int device, void *stream) {
+  auto request = make(OpKind::kBroadcast, name, dtype, device, stream);
   if (root < 0 || root >= job_.size) {
     throw invalid("root " + std::to_string(root) + " is not a rank of this job (ranks 0 to " +
                   std::to_string(job_.size - 1) + ")");
   }
-  if (count == 0) return;
-  require_buffer(buffer, "buf", count);
-  byte_count(count, type, 1);
-  std::lock_guard lock(mutex_);
-  backend_->broadcast(buffer, count, type, root);
+  if (count > 0) {
+    require_buffer(buffer, "buf", count);
+    byte_count(count, request->what.type, 1);
+  }
+  request->what.root = root;
+  request->what.count = count;
+  request->send = buffer;
+  request->recv = buffer;
+  return submit(std::move(request));
 }
 
-void Runtime::allgather(const void *send, void *recv, size_t count, int dtype) {
+void Runtime::allgather(const void *send, void *recv, size_t count, int dtype, const char *name) {
   const DataType type = to_data_type(dtype);
-  if (count == 0) return;
-  require_buffer(send, "send", count);
-  require_buffer(recv, "recv", count);
-  const size_t bytes = byte_count(count, type, 1);
-  const size_t total = byte_count(count, type, job_.size);
-  const void *slot = static_cast<const uint8_t *>(recv) + static_cast<size_t>(job_.rank) * bytes;
-  // An input inside recv but not at this rank's place (send == recv, say) would be overwritten
-  // while it is being sent: take a copy first.
-  std::vector<uint8_t> copy;
-  if (send != slot && overlap(send, bytes, recv, total)) {
-    const auto *from = static_cast<const uint8_t *>(send);
-    copy.assign(from, from + bytes);
-    send = copy.data();
+  if (count > 0) {
+    require_buffer(send, "send", count);
+    require_buffer(recv, "recv", count);
+    byte_count(count, type, job_.size);
   }
-  std::lock_guard lock(mutex_);
-  backend_->allgather(send, recv, count, type);
+  // The result arrives in the request's own buffer, so send may lie anywhere in recv.
+  auto request = allgatherv(send, count, dtype, name, -1, nullptr);
+  request->wait();
+  if (!request->output.empty()) std::memcpy(recv, request->output.data(), request->output.size());
+}
+
+std::shared_ptr<Request> Runtime::allgatherv(const void *send, size_t count, int dtype,
+                                             const char *name, int device, void *stream) {
+  auto request = make(OpKind::kAllgatherv, name, dtype, device, stream);
+  if (count > 0) {
+    require_buffer(send, "send", count);
+    byte_count(count, request->what.type, job_.size);
+  }
+  request->what.count = count;
+  request->send = send;
+  return submit(std::move(request));
+}
+
+std::shared_ptr<Request> Runtime::alltoall(const void *send, const size_t *send_counts, int dtype,
+                                           const char *name, int device, void *stream) {
+  auto request = make(OpKind::kAlltoall, name, dtype, device, stream);
+  if (!send_counts) throw invalid("send_counts is NULL: give one count per rank");
+  const size_t total = total_of(send_counts, job_.size, "send_counts", request->what.type);
+  if (total > 0) require_buffer(send, "send", total);
+  request->what.counts.assign(send_counts, send_counts + job_.size);
+  request->what.count = total;
+  request->send = send;
+  return submit(std::move(request));
+}
+
+std::shared_ptr<Request> Runtime::reducescatter(const void *send, void *recv,
+                                                const size_t *recv_counts, int dtype, int op,
+                                                double prescale, double postscale, const char *name,
+                                                int device, void *stream) {
+  auto request = make(OpKind::kReducescatter, name, dtype, device, stream);
+  request->what.op = to_reduce_op(op);
+  if (!(prescale == prescale) || !(postscale == postscale)) {
+    throw invalid("prescale/postscale must be numbers, not NaN");
+  }
+  request->what.prescale = prescale;
+  request->what.postscale = postscale;
+  if (!recv_counts) throw invalid("recv_counts is NULL: give one count per rank");
+  const size_t total = total_of(recv_counts, job_.size, "recv_counts", request->what.type);
+  const size_t mine = recv_counts[job_.rank];
+  if (total > 0) require_buffer(send, "send", total);
+  if (mine > 0) {
+    require_buffer(recv, "recv", mine);
+    const size_t unit = element_size(request->what.type);
+    if (overlap(send, total * unit, recv, mine * unit)) {
+      throw invalid("send and recv overlap: reducescatter needs separate buffers");
+    }
+  }
+  request->what.counts.assign(recv_counts, recv_counts + job_.size);
+  request->what.count = total;
+  request->send = send;
+  request->recv = recv;
+  return submit(std::move(request));
 }
 
 void Runtime::barrier() {
-  std::lock_guard lock(mutex_);
-  backend_->barrier();
+  auto request = make(OpKind::kBarrier, nullptr, 0, -1, nullptr);
+  submit(request)->wait();
 }
+
+int Runtime::join(int device) {
+  auto request = make(OpKind::kJoin, "join", 0, device, nullptr);
+  engine_->join(request);
+  request->wait();
+  return request->last_rank;
+}
+
+void Runtime::shutdown() { engine_->shutdown(); }
 
 }  // namespace perseus::comm

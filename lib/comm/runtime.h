@@ -1,39 +1,62 @@
 #pragma once
-// One initialised libperseus: the rank's place in the job and the backend connected to every
-// other rank. c_api.cc owns at most one, from perseus_init to perseus_finalize.
+// One initialised libperseus: the rank's place in the job, its connection to the job's store
+// and the engine (engine.h) that runs every operation. c_api.cc owns at most one, from
+// perseus_init to perseus_finalize.
 //
-// Threads: the collectives may be called from any thread; they are serialised here, since a
-// backend takes one call at a time. Ownership: the runtime owns its backend; the caller's
-// buffers are only borrowed for the length of a call.
+// The runtime checks each call's arguments (Error(kInvalidArgument) naming the argument and its
+// value, before anything is submitted) and turns it into a Request for the engine.
 
 #include <memory>
-#include <mutex>
 
+#include "lib/comm/engine.h"
 #include "lib/comm/job_environment.h"
-#include "lib/comm/transport/backend.h"
+#include "lib/comm/operation.h"
+
+namespace perseus::rendezvous {
+class Client;
+}
 
 namespace perseus::comm {
 
 class Runtime {
  public:
-  // Joins the job: reads the secret, reaches the rendezvous store, connects the backend.
-  // `generation` counts this process's perseus_init calls; it keeps the keys of a second
-  // init apart from the first's. Throws Error.
-  Runtime(JobEnvironment job, int generation);
+  // Joins the job: reads the secret, reaches the rendezvous store, connects the backend and
+  // starts the engine. `generation` counts this process's perseus_init calls; it keeps the keys
+  // of a second init apart from the first's. Throws Error.
+  Runtime(JobEnvironment job, EngineSettings settings, int generation);
+  ~Runtime();
 
   const JobEnvironment &job() const { return job_; }
 
-  // The C ABI's collectives: check the arguments (Error(kInvalidArgument) naming the argument
-  // and its value), then run them on the backend.
-  void allreduce(const void *send, void *recv, size_t count, int dtype, int op);
-  void broadcast(void *buffer, size_t count, int dtype, int root);
-  void allgather(const void *send, void *recv, size_t count, int dtype);
+  // The operations of perseus.h: check, then submit. `name` may be null (a generated name).
+  std::shared_ptr<Request> allreduce(const void *send, void *recv, size_t count, int dtype, int op,
+                                     double prescale, double postscale, const char *name,
+                                     int device, void *stream);
+  std::shared_ptr<Request> broadcast(void *buffer, size_t count, int dtype, int root,
+                                     const char *name, int device, void *stream);
+  // Equal counts, into the caller's recv (the blocking perseus_allgather).
+  void allgather(const void *send, void *recv, size_t count, int dtype, const char *name);
+  std::shared_ptr<Request> allgatherv(const void *send, size_t count, int dtype, const char *name,
+                                      int device, void *stream);
+  std::shared_ptr<Request> alltoall(const void *send, const size_t *send_counts, int dtype,
+                                    const char *name, int device, void *stream);
+  std::shared_ptr<Request> reducescatter(const void *send, void *recv, const size_t *recv_counts,
+                                         int dtype, int op, double prescale, double postscale,
+                                         const char *name, int device, void *stream);
   void barrier();
+  // Blocks until every rank has joined; returns the last rank to join.
+  int join(int device);
+  // Collective: ends the engine once every rank has called it.
+  void shutdown();
 
  private:
+  std::shared_ptr<Request> make(OpKind kind, const char *name, int dtype, int device, void *stream);
+  std::shared_ptr<Request> submit(std::shared_ptr<Request> request);
+  std::string lost_peers();
+
   JobEnvironment job_;
-  std::unique_ptr<transport::Backend> backend_;
-  std::mutex mutex_;  // one collective at a time
+  std::unique_ptr<rendezvous::Client> store_;  // kept to learn which peer ended, after a failure
+  std::unique_ptr<Engine> engine_;
 };
 
 }  // namespace perseus::comm

@@ -384,6 +384,17 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
   spdlog::debug("rank {} (pid {}) on {} ended: exit code {}, signal {}", exited.rank, exited.pid,
                 agent.link->host(), exited.exit_code, exited.signal);
   if (exited.rank == 0) stdin_open_ = false;
+  if (rendezvous_ && exited.rank >= 0 &&
+      static_cast<size_t>(exited.rank) < plan_.placement.ranks.size()) {
+    // The ranks that lose a connection to this one read here which peer ended, and how.
+    const std::string how = exited.signal
+                                ? "was killed by signal " + std::to_string(exited.signal) + " (" +
+                                      signal_name(exited.signal) + ")"
+                                : "exited with code " + std::to_string(exited.exit_code);
+    rendezvous_->publish(
+        "perseus/exit/" + std::to_string(exited.rank),
+        "(host " + agent.link->host() + ", pid " + std::to_string(exited.pid) + ") " + how);
+  }
   if ((exited.exit_code != 0 || exited.signal != 0) && !ending_) {
     new_failures_.push_back(exited);
   }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -91,6 +92,8 @@ struct Server::State {
   std::map<std::string, std::vector<Connection *>> waiting;  // GETs of keys not set yet
   std::thread thread;
   std::atomic<bool> stop{false};
+  std::mutex inbox_mutex;  // publish() from other threads
+  std::vector<std::pair<std::string, std::string>> inbox;
 
   void run();
   void accept_all();
@@ -109,6 +112,16 @@ void Server::State::run() {
       fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
     }
     poll(fds.data(), fds.size(), 1000);
+    if (fds[0].revents & POLLIN) {
+      char drain[64];
+      (void)!read(wake[0], drain, sizeof drain);
+      std::vector<std::pair<std::string, std::string>> published;
+      {
+        std::lock_guard lock(inbox_mutex);
+        published.swap(inbox);
+      }
+      for (const auto &[key, value] : published) put(key, value);
+    }
     if (fds[1].revents) accept_all();
     size_t i = 2;
     const auto now = std::chrono::steady_clock::now();
@@ -247,7 +260,7 @@ Server::Server(const Secret &secret, const std::string &address) : state_(new St
   state_->secret = secret;
   state_->address = address;
   state_->listener = listen_on(address, state_->port);
-  if (pipe2(state_->wake, O_CLOEXEC) != 0) {
+  if (pipe2(state_->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
     close(state_->listener);
     throw WireError("rendezvous: pipe2 failed");
   }
@@ -262,6 +275,14 @@ Server::~Server() {
   close(state_->listener);
   close(state_->wake[0]);
   close(state_->wake[1]);
+}
+
+void Server::publish(const std::string &key, const std::string &value) {
+  {
+    std::lock_guard lock(state_->inbox_mutex);
+    state_->inbox.emplace_back(key, value);
+  }
+  (void)!write(state_->wake[1], "x", 1);
 }
 
 const std::string &Server::address() const { return state_->address; }

@@ -25,6 +25,10 @@ class Server {
   Server(const Server &) = delete;
   Server &operator=(const Server &) = delete;
 
+  // Sets a key from the launcher's own thread (any thread): the launcher tells the ranks
+  // through the store which rank ended and how ("perseus/exit/<rank>").
+  void publish(const std::string &key, const std::string &value);
+
   const std::string &address() const;
   int port() const;
   // Connections dropped so far for failing a check (for tests and -v).

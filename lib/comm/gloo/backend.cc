@@ -4,7 +4,9 @@
 #include <exception>
 
 #include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -138,6 +140,31 @@ void Backend::barrier() {
     ::gloo::BarrierOptions options(context_);
     options.setTag(next_tag());
     ::gloo::barrier(options);
+  });
+}
+
+void Backend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts) {
+  guarded("", [&] {
+    ::gloo::AllgathervOptions options(context_);
+    options.setTag(next_tag());
+    // Gloo reads the input from its own pointer, which need not be inside the output.
+    options.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(send)),
+                     counts[static_cast<size_t>(context_->rank)]);
+    options.setOutput(static_cast<uint8_t *>(recv), counts);
+    ::gloo::allgatherv(options);
+  });
+}
+
+void Backend::alltoallv(const void *send, const std::vector<size_t> &send_counts, void *recv,
+                        const std::vector<size_t> &recv_counts) {
+  const std::vector<int64_t> out(send_counts.begin(), send_counts.end());
+  const std::vector<int64_t> in(recv_counts.begin(), recv_counts.end());
+  guarded("", [&] {
+    ::gloo::AlltoallvOptions options(context_);
+    options.setTag(next_tag());
+    options.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(send)), out);
+    options.setOutput(static_cast<uint8_t *>(recv), in);
+    ::gloo::alltoallv(options);
   });
 }
 

@@ -25,6 +25,9 @@ class Backend : public transport::Backend {
   void broadcast(void *buffer, size_t count, DataType type, int root) override;
   void allgather(const void *send, void *recv, size_t count, DataType type) override;
   void barrier() override;
+  void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts) override;
+  void alltoallv(const void *send, const std::vector<size_t> &send_counts, void *recv,
+                 const std::vector<size_t> &recv_counts) override;
 
  private:
   // Every rank issues the same collectives in the same order, so a counter gives each one the

@@ -3,14 +3,15 @@
 // the job's ranks, on buffers the backend can reach (host memory for Gloo).
 //
 // Promises: each call returns when this rank's part is done and its output is final. Calls are
-// made from one thread at a time (the runtime serialises them), and every rank makes the same
-// calls in the same order with the same count, type, op and root; the runtime has checked the
-// arguments (valid type, op and root; non-null buffers; count > 0).
+// made from one thread (the engine's), and every rank makes the same calls in the same order
+// with the same count, type, op and root (the negotiation made sure of it); the runtime has
+// checked the arguments (valid type, op and root; non-null buffers; count > 0).
 // Failures: Error(kCommunication) when a peer is lost or a transfer fails, Error(kTimeout) when
 // a peer did not take part in time; the caller (c_api.cc) adds which call failed. After either, the
 // backend is unusable: the job must end (perseusrun's fail-fast does the rest).
 
 #include <cstddef>
+#include <vector>
 
 #include "lib/comm/types.h"
 
@@ -28,6 +29,13 @@ class Backend {
   // a buffer that does not overlap recv.
   virtual void allgather(const void *send, void *recv, size_t count, DataType type) = 0;
   virtual void barrier() = 0;
+  // recv = every rank's bytes in rank order, counts[r] bytes from rank r; send (counts[rank]
+  // bytes) does not overlap recv.
+  virtual void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts) = 0;
+  // send holds send_counts[r] bytes for rank r, one block after the other; recv gets
+  // recv_counts[r] bytes from rank r, in rank order. The two do not overlap.
+  virtual void alltoallv(const void *send, const std::vector<size_t> &send_counts, void *recv,
+                         const std::vector<size_t> &recv_counts) = 0;
 };
 
 }  // namespace perseus::comm::transport

@@ -1,0 +1,560 @@
+#include "lib/comm/engine.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "lib/comm/reduction.h"
+
+namespace perseus::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every cycle starts with an allgather of one slot per rank: the length of the rank's message
+// and as much of it as fits. Only when some message does not fit does a second allgather carry
+// the whole messages. A training step's cached messages fit.
+constexpr size_t kSlotBytes = 256;
+constexpr size_t kSlotPayload = kSlotBytes - sizeof(uint32_t);
+
+// After this long without any work the thread sleeps longer between cycles.
+constexpr auto kIdleAfter = std::chrono::seconds(1);
+constexpr int kIdleFactor = 5;
+
+long long parse_number(Lookup lookup, const char *name, long long fallback, long long low,
+                       long long high) {
+  const char *value = lookup(name);
+  if (!value || !*value) return fallback;
+  long long number = 0;
+  const char *end = value + std::strlen(value);
+  const auto [at, ec] = std::from_chars(value, end, number);
+  if (ec != std::errc() || at != end || number < low || number > high) {
+    throw Error(Code::kInvalidArgument, std::string(name) + "='" + value +
+                                            "' is not a whole number in [" + std::to_string(low) +
+                                            ", " + std::to_string(high) + "]: fix or unset it");
+  }
+  return number;
+}
+
+std::string ranks_text(const std::vector<int> &ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i == 8 && ranks.size() > 10) {
+      return text + " and " + std::to_string(ranks.size() - i) + " more";
+    }
+    text += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  return text;
+}
+
+std::string operation_text(const std::string &name, OpKind kind) {
+  return std::string(name_of(kind)) + " '" + name + "'";
+}
+
+// How many bytes a descriptor's elements take; the runtime checked that it fits size_t.
+size_t bytes_of(uint64_t count, DataType type) {
+  return static_cast<size_t>(count) * element_size(type);
+}
+
+}  // namespace
+
+EngineSettings read_engine_settings(Lookup lookup) {
+  EngineSettings s;
+  constexpr long long kWeek = 7LL * 24 * 3600;
+  s.fusion_threshold =
+      static_cast<size_t>(parse_number(lookup, "PERSEUS_FUSION_THRESHOLD",
+                                       static_cast<long long>(s.fusion_threshold), 0, 1LL << 40));
+  // Milliseconds, as Horovod's HOROVOD_CYCLE_TIME; fractions are not accepted.
+  s.cycle_time =
+      std::chrono::milliseconds(parse_number(lookup, "PERSEUS_CYCLE_TIME", 1, 0, 10 * 1000));
+  if (s.cycle_time.count() == 0) s.cycle_time = std::chrono::microseconds(100);
+  s.stall_check = std::chrono::seconds(
+      parse_number(lookup, "PERSEUS_STALL_CHECK_SECONDS", s.stall_check.count(), 0, kWeek));
+  s.stall_shutdown =
+      std::chrono::seconds(parse_number(lookup, "PERSEUS_STALL_SHUTDOWN_SECONDS", 0, 0, kWeek));
+  const char *timeline = lookup("PERSEUS_TIMELINE");
+  s.timeline = timeline ? timeline : "";
+  return s;
+}
+
+Engine::Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
+               EngineSettings settings, LostPeers lost_peers)
+    : job_(job),
+      settings_(std::move(settings)),
+      backend_(std::move(backend)),
+      lost_peers_(std::move(lost_peers)),
+      negotiator_(job.rank, job.size),
+      timeline_(job.rank == 0 ? settings_.timeline : ""),
+      last_stall_report_(Clock::now()),
+      last_work_(Clock::now()) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopped_ && failure_.empty()) {
+      failure_code_ = Code::kNotInitialized;
+      failure_ = "libperseus was shut down before this operation ran";
+    }
+    shutdown_ = true;
+  }
+  work_.notify_all();
+  if (thread_.joinable()) {
+    // Without agreement the thread may sit in a cycle the others never finish: close the
+    // backend under it by failing. The orderly way is shutdown() first.
+    thread_.join();
+  }
+}
+
+std::string Engine::unnamed(OpKind kind) {
+  const uint64_t n = unnamed_[static_cast<size_t>(kind)]++;
+  return std::string(name_of(kind)) + ".noname." + std::to_string(n);
+}
+
+void Engine::submit(const std::shared_ptr<Request> &request) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!failure_.empty()) throw Error(failure_code_, failure_);
+    if (shutdown_) {
+      throw Error(Code::kNotInitialized, "libperseus is shutting down (perseus_finalize)");
+    }
+    const auto [it, inserted] = in_flight_.try_emplace(request->what.name, request);
+    if (!inserted) {
+      throw Error(Code::kInvalidArgument,
+                  "an operation named '" + request->what.name +
+                      "' is already in flight on this rank: wait for it first, or use another "
+                      "name");
+    }
+    request->submitted = Clock::now();
+    queue_.push_back(request);
+  }
+  work_.notify_one();
+}
+
+void Engine::join(const std::shared_ptr<Request> &request) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!failure_.empty()) throw Error(failure_code_, failure_);
+    if (join_) throw Error(Code::kInvalidArgument, "perseus_join is already running on this rank");
+    join_ = request;
+    join_announced_ = false;
+  }
+  work_.notify_one();
+}
+
+void Engine::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    shutdown_ = true;
+  }
+  work_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<Request> Engine::find(const std::string &name) {
+  std::lock_guard lock(mutex_);
+  const auto it = in_flight_.find(name);
+  return it == in_flight_.end() ? nullptr : it->second;
+}
+
+// Requests stay in in_flight_ while they run, so that a failure in the middle fails them too.
+void Engine::succeed(const std::shared_ptr<Request> &request) {
+  if (!request) return;
+  {
+    std::lock_guard lock(mutex_);
+    in_flight_.erase(request->what.name);
+  }
+  request->succeed();
+}
+
+void Engine::fail(const std::shared_ptr<Request> &request, Code code, const std::string &message) {
+  if (!request) return;
+  {
+    std::lock_guard lock(mutex_);
+    in_flight_.erase(request->what.name);
+  }
+  request->fail(code, message);
+}
+
+void Engine::fail_everything(Code code, const std::string &message) {
+  std::map<std::string, std::shared_ptr<Request>> requests;
+  std::shared_ptr<Request> join;
+  {
+    std::lock_guard lock(mutex_);
+    if (failure_.empty()) {
+      failure_code_ = code;
+      failure_ = message;
+    }
+    requests.swap(in_flight_);
+    queue_.clear();
+    join.swap(join_);
+    stopped_ = true;
+  }
+  for (auto &[name, request] : requests) {
+    request->fail(code, operation_text(name, request->what.kind) + ": " + message);
+  }
+  if (join) join->fail(code, message);
+}
+
+void Engine::loop() {
+  try {
+    for (;;) {
+      cycle();
+      std::lock_guard lock(mutex_);
+      if (stopped_) break;
+    }
+    fail_everything(Code::kNotInitialized,
+                    "perseus_finalize was called on every rank before this operation ran");
+  } catch (const Error &error) {
+    std::string message = error.what();
+    if (error.code() == Code::kCommunication || error.code() == Code::kTimeout) {
+      // Close the connections first, so that the ranks waiting on this one fail now too.
+      backend_.reset();
+      if (lost_peers_) {
+        const std::string lost = lost_peers_();
+        if (!lost.empty()) message = lost + "; " + message;
+      }
+    }
+    backend_.reset();
+    fail_everything(error.code(), message);
+  } catch (const std::exception &error) {
+    backend_.reset();
+    fail_everything(Code::kInternal, std::string("the background thread failed (a bug in "
+                                                 "libperseus, please report it): ") +
+                                         error.what());
+  }
+  timeline_.flush();
+}
+
+void Engine::cycle() {
+  std::vector<std::shared_ptr<Request>> fresh;
+  bool shutdown = false;
+  bool join = false;
+  {
+    std::unique_lock lock(mutex_);
+    const bool idle = Clock::now() - last_work_ > kIdleAfter;
+    const auto sleep = idle ? settings_.cycle_time * kIdleFactor : settings_.cycle_time;
+    work_.wait_for(lock, sleep,
+                   [this] { return !queue_.empty() || shutdown_ || (join_ && !join_announced_); });
+    fresh.assign(queue_.begin(), queue_.end());
+    queue_.clear();
+    shutdown = shutdown_;
+    if (join_ && !join_announced_) {
+      join = true;
+      join_announced_ = true;
+    }
+  }
+  const auto now = Clock::now();
+  std::vector<Descriptor> local;
+  local.reserve(fresh.size());
+  for (const auto &request : fresh) {
+    local.push_back(request->what);
+    timeline_.begin(request->what.name, std::string("NEGOTIATE_") + name_of(request->what.kind),
+                    request->submitted);
+  }
+
+  const RankMessage mine = negotiator_.outgoing(local, shutdown, join, std::move(cancel_));
+  cancel_.clear();
+  const auto messages = exchange(mine);
+  auto agreed = negotiator_.receive(messages, Clock::now());
+  if (timeline_.enabled()) {
+    for (const auto &[name, rank] : agreed.announced) {
+      timeline_.instant(name, "rank " + std::to_string(rank) + " ready", now);
+    }
+  }
+  if (!agreed.ready.empty() || !mine.empty()) last_work_ = Clock::now();
+
+  for (const Stall &stall : agreed.cancelled) {
+    if (auto request = find(stall.name)) {
+      fail(request, Code::kTimeout,
+           operation_text(stall.name, stall.kind) + ": given up after " +
+               std::to_string(stall.waited.count()) + " s (PERSEUS_STALL_SHUTDOWN_SECONDS=" +
+               std::to_string(settings_.stall_shutdown.count()) + "): ranks " +
+               ranks_text(stall.missing) + " never submitted it");
+    }
+  }
+  run(agreed.ready);
+  if (agreed.join_done) {
+    std::shared_ptr<Request> request;
+    {
+      std::lock_guard lock(mutex_);
+      request.swap(join_);
+    }
+    if (request) {
+      request->last_rank = *agreed.join_done;
+      request->succeed();
+    }
+  }
+  report_stalls();
+  timeline_.flush();
+  if (agreed.all_shutdown) {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+  }
+}
+
+std::vector<RankMessage> Engine::exchange(const RankMessage &mine) {
+  const std::string bytes = encode(mine);
+  const auto size = static_cast<size_t>(job_.size);
+  std::vector<uint8_t> slot(kSlotBytes, 0);
+  const auto length = static_cast<uint32_t>(bytes.size());
+  std::memcpy(slot.data(), &length, sizeof length);
+  std::memcpy(slot.data() + sizeof length, bytes.data(), std::min(bytes.size(), kSlotPayload));
+  std::vector<uint8_t> slots(kSlotBytes * size);
+  backend_->allgather(slot.data(), slots.data(), kSlotBytes, DataType::kUint8);
+
+  std::vector<size_t> lengths(size);
+  bool all_fit = true;
+  for (size_t r = 0; r < size; ++r) {
+    uint32_t n = 0;
+    std::memcpy(&n, slots.data() + r * kSlotBytes, sizeof n);
+    lengths[r] = n;
+    all_fit = all_fit && n <= kSlotPayload;
+  }
+  std::vector<RankMessage> messages(size);
+  if (all_fit) {
+    for (size_t r = 0; r < size; ++r) {
+      const auto *at = reinterpret_cast<const char *>(slots.data() + r * kSlotBytes + 4);
+      messages[r] = decode(std::string_view(at, lengths[r]), static_cast<int>(r), job_.size);
+    }
+    return messages;
+  }
+  // Some message is longer: every rank sends its whole message (the lengths are known to all).
+  size_t total = 0;
+  for (size_t n : lengths) total += n;
+  std::vector<uint8_t> all(std::max<size_t>(total, 1));
+  backend_->allgatherv(bytes.empty() ? all.data() : reinterpret_cast<const uint8_t *>(bytes.data()),
+                       all.data(), lengths);
+  size_t offset = 0;
+  for (size_t r = 0; r < size; ++r) {
+    const auto *at = reinterpret_cast<const char *>(all.data() + offset);
+    messages[r] = decode(std::string_view(at, lengths[r]), static_cast<int>(r), job_.size);
+    offset += lengths[r];
+  }
+  return messages;
+}
+
+void Engine::run(const std::vector<Agreed> &ready) {
+  // Fusion: all-reduces with the same type, op, scales and memory are packed, in agreed order,
+  // into buffers of at most fusion_threshold bytes. Every rank makes the same plan from the
+  // same list.
+  std::vector<bool> done(ready.size(), false);
+  for (size_t i = 0; i < ready.size(); ++i) {
+    if (done[i]) continue;
+    done[i] = true;
+    const Agreed &first = ready[i];
+    const Descriptor &d = first.per_rank[0];
+    if (!first.error.empty() || d.kind != OpKind::kAllreduce) {
+      run_one(first);
+      continue;
+    }
+    std::vector<const Agreed *> group = {&first};
+    size_t bytes = bytes_of(d.count, d.type);
+    for (size_t j = i + 1; j < ready.size() && bytes < settings_.fusion_threshold; ++j) {
+      const Agreed &other = ready[j];
+      const Descriptor &o = other.per_rank[0];
+      if (done[j] || !other.error.empty() || o.kind != OpKind::kAllreduce || o.type != d.type ||
+          o.op != d.op || o.prescale != d.prescale || o.postscale != d.postscale ||
+          (o.device < 0) != (d.device < 0)) {
+        continue;
+      }
+      const size_t more = bytes_of(o.count, o.type);
+      if (bytes + more > settings_.fusion_threshold) continue;
+      bytes += more;
+      group.push_back(&other);
+      done[j] = true;
+    }
+    run_allreduces(group);
+  }
+}
+
+void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
+  const Descriptor &d = group.front()->per_rank[0];
+  const size_t unit = element_size(d.type);
+  const auto me = static_cast<size_t>(job_.rank);
+  std::vector<std::shared_ptr<Request>> requests;
+  size_t total = 0;
+  for (const Agreed *a : group) {
+    requests.push_back(a->joined[me] ? nullptr : find(a->name));
+    total += static_cast<size_t>(a->per_rank[0].count);
+  }
+  const auto started = Clock::now();
+  for (const Agreed *a : group) {
+    timeline_.end(a->name, started);
+    timeline_.begin(a->name, "ALLREDUCE", started);
+  }
+  if (total > 0) {
+    // One tensor needs no fusion buffer: it is reduced where it lies.
+    void *buffer = nullptr;
+    const bool direct = group.size() == 1 && requests[0] != nullptr;
+    if (direct) {
+      buffer = requests[0]->recv;
+      if (requests[0]->send != buffer) std::memcpy(buffer, requests[0]->send, total * unit);
+    } else {
+      if (fusion_.size() < total * unit) fusion_.resize(total * unit);
+      buffer = fusion_.data();
+      size_t offset = 0;
+      for (size_t k = 0; k < group.size(); ++k) {
+        const size_t n = static_cast<size_t>(group[k]->per_rank[0].count) * unit;
+        if (requests[k]) {
+          std::memcpy(fusion_.data() + offset, requests[k]->send, n);
+        } else {
+          std::memset(fusion_.data() + offset, 0, n);  // a joined rank adds nothing
+        }
+        offset += n;
+      }
+      if (timeline_.enabled()) {
+        for (const Agreed *a : group) {
+          timeline_.span(a->name, "MEMCPY_IN_FUSION_BUFFER", started, Clock::now());
+        }
+      }
+    }
+    scale_elements(buffer, total, d.type, d.prescale);
+    const auto sent = Clock::now();
+    backend_->allreduce(buffer, buffer, total, d.type, d.op);
+    scale_elements(buffer, total, d.type, d.postscale);
+    const auto reduced = Clock::now();
+    if (timeline_.enabled()) {
+      for (const Agreed *a : group) timeline_.span(a->name, "GLOO_ALLREDUCE", sent, reduced);
+    }
+    if (!direct) {
+      size_t offset = 0;
+      for (size_t k = 0; k < group.size(); ++k) {
+        const size_t n = static_cast<size_t>(group[k]->per_rank[0].count) * unit;
+        if (requests[k]) std::memcpy(requests[k]->recv, fusion_.data() + offset, n);
+        offset += n;
+      }
+      if (timeline_.enabled()) {
+        for (const Agreed *a : group) {
+          timeline_.span(a->name, "MEMCPY_OUT_FUSION_BUFFER", reduced, Clock::now());
+        }
+      }
+    }
+  }
+  const auto finished = Clock::now();
+  for (size_t k = 0; k < group.size(); ++k) {
+    timeline_.end(group[k]->name, finished);
+    succeed(requests[k]);
+  }
+}
+
+void Engine::run_one(const Agreed &agreed) {
+  const auto me = static_cast<size_t>(job_.rank);
+  const Descriptor &d = agreed.per_rank[me];
+  auto request = agreed.joined[me] ? nullptr : find(agreed.name);
+  const auto started = Clock::now();
+  timeline_.end(agreed.name, started);
+  if (!agreed.error.empty()) {
+    fail(request, Code::kInvalidArgument,
+         operation_text(agreed.name, d.kind) + ": " + agreed.error);
+    return;
+  }
+  timeline_.begin(agreed.name, name_of(d.kind), started);
+  const size_t unit = element_size(d.type);
+  const size_t size = agreed.per_rank.size();
+  switch (d.kind) {
+    case OpKind::kAllreduce:  // run_allreduces has them
+      break;
+    case OpKind::kBroadcast: {
+      const size_t bytes = bytes_of(d.count, d.type);
+      if (bytes == 0) break;
+      std::vector<uint8_t> scratch;
+      void *buffer = request ? request->recv : nullptr;
+      if (!buffer) {
+        scratch.resize(bytes);
+        buffer = scratch.data();
+      }
+      backend_->broadcast(buffer, bytes, DataType::kUint8, d.root);
+      break;
+    }
+    case OpKind::kAllgatherv: {
+      std::vector<size_t> counts(size);
+      std::vector<size_t> bytes(size);
+      size_t total = 0;
+      for (size_t r = 0; r < size; ++r) {
+        counts[r] = static_cast<size_t>(agreed.per_rank[r].count);
+        bytes[r] = counts[r] * unit;
+        total += bytes[r];
+      }
+      request->output.resize(total);
+      request->output_counts = counts;
+      if (total == 0) break;
+      uint8_t dummy = 0;
+      const void *send = bytes[me] ? request->send : &dummy;
+      backend_->allgatherv(send, request->output.data(), bytes);
+      break;
+    }
+    case OpKind::kAlltoall: {
+      std::vector<size_t> out(size);
+      std::vector<size_t> in(size);
+      std::vector<size_t> counts(size);
+      size_t total_in = 0;
+      size_t everywhere = 0;
+      for (size_t r = 0; r < size; ++r) {
+        out[r] = static_cast<size_t>(d.counts[r]) * unit;
+        counts[r] = static_cast<size_t>(agreed.per_rank[r].counts[me]);
+        in[r] = counts[r] * unit;
+        total_in += in[r];
+        for (uint64_t c : agreed.per_rank[r].counts) everywhere += static_cast<size_t>(c);
+      }
+      request->output.resize(total_in);
+      request->output_counts = counts;
+      if (everywhere == 0) break;  // the same decision on every rank
+      uint8_t dummy_out = 0;
+      std::vector<uint8_t> dummy_in(1);
+      backend_->alltoallv(request->send ? request->send : &dummy_out, out,
+                          total_in ? request->output.data() : dummy_in.data(), in);
+      break;
+    }
+    case OpKind::kReducescatter: {
+      // An all-reduce of the whole input, of which this rank keeps its block: twice the
+      // traffic of a true reduce-scatter, which Debian's Gloo lacks for arbitrary blocks.
+      size_t total = 0;
+      size_t offset = 0;
+      for (size_t r = 0; r < size; ++r) {
+        if (r == me) offset = total;
+        total += static_cast<size_t>(d.counts[r]);
+      }
+      if (total == 0) break;
+      if (fusion_.size() < total * unit) fusion_.resize(total * unit);
+      std::memcpy(fusion_.data(), request->send, total * unit);
+      scale_elements(fusion_.data(), total, d.type, d.prescale);
+      backend_->allreduce(fusion_.data(), fusion_.data(), total, d.type, d.op);
+      const size_t mine = static_cast<size_t>(d.counts[me]);
+      scale_elements(fusion_.data() + offset * unit, mine, d.type, d.postscale);
+      if (mine) std::memcpy(request->recv, fusion_.data() + offset * unit, mine * unit);
+      break;
+    }
+    case OpKind::kBarrier:  // agreement itself proved that every rank has arrived
+    case OpKind::kJoin:
+      break;
+  }
+  timeline_.end(agreed.name, Clock::now());
+  succeed(request);
+}
+
+void Engine::report_stalls() {
+  if (settings_.stall_check.count() == 0 || job_.rank != 0) return;
+  const auto now = Clock::now();
+  if (now - last_stall_report_ < settings_.stall_check) return;
+  last_stall_report_ = now;
+  for (const Stall &stall : negotiator_.stalls(now, settings_.stall_check)) {
+    std::fprintf(stderr,
+                 "perseus: rank 0: stall: %s has waited %lld s for ranks %s (submitted by ranks "
+                 "%s). Do all ranks submit the same operations? (PERSEUS_STALL_CHECK_SECONDS=%lld"
+                 " sets this check, 0 turns it off)\n",
+                 operation_text(stall.name, stall.kind).c_str(),
+                 static_cast<long long>(stall.waited.count()), ranks_text(stall.missing).c_str(),
+                 ranks_text(stall.submitted).c_str(),
+                 static_cast<long long>(settings_.stall_check.count()));
+    if (settings_.stall_shutdown.count() > 0 && stall.waited >= settings_.stall_shutdown) {
+      cancel_.push_back(stall.name);
+    }
+  }
+}
+
+}  // namespace perseus::comm

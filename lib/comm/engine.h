@@ -1,0 +1,123 @@
+#pragma once
+// The background thread that runs every operation (Horovod's model). Callers submit requests
+// from any thread; the thread, once per cycle, tells the other ranks what is new here (one
+// small allgather through the backend, a second one only when a message does not fit the
+// first), feeds every rank's message to its Negotiator, and runs what every rank has submitted,
+// in the agreed order, fusing small all-reduces into one buffer.
+//
+// Failures: an argument the ranks disagree on fails that operation on every rank and the job
+// goes on. A backend failure (a peer lost, a transfer broken) is the job's end: every pending
+// and later request fails with the same message, which names the peer that ended when the
+// launcher has told (see `LostPeers`), and the backend is closed at once so that the other
+// ranks notice too instead of waiting on this one.
+//
+// Ownership: the engine owns the backend and the thread; requests are shared with the callers'
+// handles; their buffers are borrowed until the request is done.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lib/comm/job_environment.h"
+#include "lib/comm/negotiation.h"
+#include "lib/comm/operation.h"
+#include "lib/comm/timeline.h"
+#include "lib/comm/transport/backend.h"
+
+namespace perseus::comm {
+
+struct EngineSettings {
+  // PERSEUS_FUSION_THRESHOLD: all-reduces agreed in one cycle are packed into buffers of at
+  // most this many bytes (0: no fusion).
+  size_t fusion_threshold = 64 * 1024 * 1024;
+  // PERSEUS_CYCLE_TIME: the longest an idle background thread sleeps before it checks with
+  // the other ranks (new work wakes it at once). After a second without work it sleeps up to
+  // five times longer, to spare the CPU of a rank that does not communicate.
+  std::chrono::microseconds cycle_time{1000};
+  // PERSEUS_STALL_CHECK_SECONDS (0: off): rank 0 warns about an operation some ranks have
+  // submitted and others not for this long, naming them.
+  std::chrono::seconds stall_check{60};
+  // PERSEUS_STALL_SHUTDOWN_SECONDS (0: never): such an operation then fails on the ranks
+  // that submitted it.
+  std::chrono::seconds stall_shutdown{0};
+  std::string timeline;  // PERSEUS_TIMELINE: a file name; rank 0 writes it
+};
+
+// Reads the PERSEUS_* tuning variables above; Error(kInvalidArgument) naming a bad value.
+EngineSettings read_engine_settings(Lookup lookup);
+
+class Engine {
+ public:
+  // Called once, on the engine's thread, after a backend failure: which peers the launcher
+  // says have ended, and how ("" when it cannot tell).
+  using LostPeers = std::function<std::string()>;
+
+  Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
+         EngineSettings settings, LostPeers lost_peers);
+  // Stops the thread without agreement (shutdown() is the orderly way).
+  ~Engine();
+  Engine(const Engine &) = delete;
+  Engine &operator=(const Engine &) = delete;
+
+  // Hands the request to the thread. Throws Error(kInvalidArgument) when its name is already
+  // in flight here, or the job's error when the engine has failed or is shutting down.
+  void submit(const std::shared_ptr<Request> &request);
+  // Joins (perseus_join): the request completes when every rank has joined.
+  void join(const std::shared_ptr<Request> &request);
+  // Collective: returns once every rank has called it (or the job has failed). Requests not
+  // agreed by then fail.
+  void shutdown();
+
+  // "<kind>.noname.<n>", n counting this process's unnamed operations of that kind.
+  std::string unnamed(OpKind kind);
+
+ private:
+  void loop();
+  void cycle();
+  std::vector<RankMessage> exchange(const RankMessage &mine);
+  void run(const std::vector<Agreed> &ready);
+  void run_allreduces(const std::vector<const Agreed *> &group);
+  void run_one(const Agreed &agreed);
+  void fail_everything(Code code, const std::string &message);
+  std::shared_ptr<Request> find(const std::string &name);
+  void succeed(const std::shared_ptr<Request> &request);
+  void fail(const std::shared_ptr<Request> &request, Code code, const std::string &message);
+  void report_stalls();
+
+  const JobEnvironment job_;
+  const EngineSettings settings_;
+  std::unique_ptr<transport::Backend> backend_;
+  LostPeers lost_peers_;
+  Negotiator negotiator_;
+  Timeline timeline_;
+
+  // Shared with submitting threads, under mutex_.
+  std::mutex mutex_;
+  std::condition_variable work_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  std::map<std::string, std::shared_ptr<Request>> in_flight_;  // submitted, not done
+  std::shared_ptr<Request> join_;
+  bool join_announced_ = false;
+  bool shutdown_ = false;
+  bool stopped_ = false;  // the thread has ended
+  Code failure_code_ = Code::kInternal;
+  std::string failure_;  // why the engine stopped; "" while it runs
+  std::atomic<uint64_t> unnamed_[kOpKinds] = {};
+
+  // The thread's own.
+  std::vector<uint8_t> fusion_;
+  std::vector<std::string> cancel_;  // rank 0: names to give up on, sent next cycle
+  std::chrono::steady_clock::time_point last_stall_report_;
+  std::chrono::steady_clock::time_point last_work_;
+  std::thread thread_;
+};
+
+}  // namespace perseus::comm

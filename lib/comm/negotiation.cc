@@ -1,0 +1,406 @@
+#include "lib/comm/negotiation.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace perseus::comm {
+
+namespace {
+
+// ---- wire format: little-endian, lengths before contents -------------------------------------
+
+constexpr uint8_t kShutdownFlag = 1;
+constexpr uint8_t kJoinFlag = 2;
+
+class Writer {
+ public:
+  template <typename T>
+  void put(T value) {
+    char bytes[sizeof(T)];
+    std::memcpy(bytes, &value, sizeof(T));
+    out_.append(bytes, sizeof(T));
+  }
+  void put_string(const std::string &text) {
+    put<uint32_t>(static_cast<uint32_t>(text.size()));
+    out_ += text;
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  Reader(std::string_view bytes, int from) : bytes_(bytes), from_(from) {}
+
+  template <typename T>
+  T get(const char *what) {
+    need(sizeof(T), what);
+    T value;
+    std::memcpy(&value, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return value;
+  }
+  // A count of entries, refused above `cap` before anything is allocated for them.
+  size_t length(const char *what, size_t cap) {
+    const auto n = get<uint32_t>(what);
+    if (n > cap)
+      bad(std::string(what) + " is " + std::to_string(n) + ", over the cap of " +
+          std::to_string(cap));
+    return n;
+  }
+  std::string get_string(const char *what) {
+    const size_t n = length(what, kMaxNameBytes);
+    need(n, what);
+    std::string text(bytes_.substr(at_, n));
+    at_ += n;
+    return text;
+  }
+  void finish() {
+    if (at_ != bytes_.size()) {
+      bad(std::to_string(bytes_.size() - at_) + " bytes follow the end of the message");
+    }
+  }
+  [[noreturn]] void bad(const std::string &what) const {
+    throw Error(Code::kCommunication, "rank " + std::to_string(from_) +
+                                          " sent a malformed negotiation message (" +
+                                          std::to_string(bytes_.size()) + " bytes): " + what +
+                                          ". Do all ranks run the same libperseus version?");
+  }
+
+ private:
+  void need(size_t n, const char *what) const {
+    if (bytes_.size() - at_ < n) bad(std::string("truncated in ") + what);
+  }
+  std::string_view bytes_;
+  size_t at_ = 0;
+  int from_;
+};
+
+void put_descriptor(Writer &w, const Descriptor &d) {
+  w.put<uint8_t>(static_cast<uint8_t>(d.kind));
+  w.put<uint8_t>(static_cast<uint8_t>(d.type));
+  w.put<uint8_t>(static_cast<uint8_t>(d.op));
+  w.put<int32_t>(d.root);
+  w.put<int32_t>(d.device);
+  w.put<double>(d.prescale);
+  w.put<double>(d.postscale);
+  w.put<uint64_t>(d.count);
+  w.put<uint32_t>(static_cast<uint32_t>(d.counts.size()));
+  for (uint64_t c : d.counts) w.put<uint64_t>(c);
+  w.put_string(d.name);
+}
+
+Descriptor get_descriptor(Reader &r, int ranks) {
+  Descriptor d;
+  const auto kind = r.get<uint8_t>("kind");
+  const auto type = r.get<uint8_t>("dtype");
+  const auto op = r.get<uint8_t>("op");
+  if (kind >= kOpKinds) r.bad("operation kind " + std::to_string(kind) + " is unknown");
+  if (type > static_cast<uint8_t>(DataType::kFloat64)) {
+    r.bad("dtype " + std::to_string(type) + " is unknown");
+  }
+  if (op > static_cast<uint8_t>(ReduceOp::kProduct))
+    r.bad("op " + std::to_string(op) + " is unknown");
+  d.kind = static_cast<OpKind>(kind);
+  d.type = static_cast<DataType>(type);
+  d.op = static_cast<ReduceOp>(op);
+  d.root = r.get<int32_t>("root");
+  d.device = r.get<int32_t>("device");
+  d.prescale = r.get<double>("prescale");
+  d.postscale = r.get<double>("postscale");
+  d.count = r.get<uint64_t>("count");
+  const size_t n = r.length("number of counts", static_cast<size_t>(ranks));
+  d.counts.reserve(n);
+  for (size_t i = 0; i < n; ++i) d.counts.push_back(r.get<uint64_t>("counts"));
+  d.name = r.get_string("name");
+  return d;
+}
+
+std::string counts_text(const std::vector<uint64_t> &counts) {
+  std::string text = "[";
+  for (size_t i = 0; i < counts.size(); ++i) text += (i ? ", " : "") + std::to_string(counts[i]);
+  return text + "]";
+}
+
+// The value of one field that must agree, as text, for the mismatch message.
+struct Field {
+  const char *name;
+  std::string (*show)(const Descriptor &);
+};
+
+std::string show_kind(const Descriptor &d) { return name_of(d.kind); }
+std::string show_type(const Descriptor &d) { return name_of(d.type); }
+std::string show_op(const Descriptor &d) { return name_of(d.op); }
+std::string show_count(const Descriptor &d) { return std::to_string(d.count); }
+std::string show_counts(const Descriptor &d) { return counts_text(d.counts); }
+std::string show_root(const Descriptor &d) { return std::to_string(d.root); }
+std::string show_scales(const Descriptor &d) {
+  return std::to_string(d.prescale) + "/" + std::to_string(d.postscale);
+}
+std::string show_memory(const Descriptor &d) { return d.device < 0 ? "host" : "device"; }
+
+std::vector<Field> fields_for(OpKind kind) {
+  std::vector<Field> fields = {
+      {"operation", show_kind}, {"dtype", show_type}, {"memory", show_memory}};
+  switch (kind) {
+    case OpKind::kAllreduce:
+      fields.insert(fields.end(),
+                    {{"count", show_count}, {"op", show_op}, {"prescale/postscale", show_scales}});
+      break;
+    case OpKind::kBroadcast:
+      fields.insert(fields.end(), {{"count", show_count}, {"root", show_root}});
+      break;
+    case OpKind::kReducescatter:
+      fields.insert(
+          fields.end(),
+          {{"recv_counts", show_counts}, {"op", show_op}, {"prescale/postscale", show_scales}});
+      break;
+    case OpKind::kAllgatherv:  // counts may differ by design
+    case OpKind::kAlltoall:    // each rank's send counts are its own
+    case OpKind::kBarrier:
+    case OpKind::kJoin:
+      break;
+  }
+  return fields;
+}
+
+}  // namespace
+
+std::string encode(const RankMessage &message) {
+  Writer w;
+  w.put<uint8_t>(static_cast<uint8_t>((message.shutdown ? kShutdownFlag : 0) |
+                                      (message.join ? kJoinFlag : 0)));
+  w.put<uint32_t>(static_cast<uint32_t>(message.cached.size()));
+  for (uint32_t n : message.cached) w.put<uint32_t>(n);
+  w.put<uint32_t>(static_cast<uint32_t>(message.fresh.size()));
+  for (const auto &d : message.fresh) put_descriptor(w, d);
+  w.put<uint32_t>(static_cast<uint32_t>(message.cancel.size()));
+  for (const auto &name : message.cancel) w.put_string(name);
+  return w.take();
+}
+
+RankMessage decode(std::string_view bytes, int from, int ranks) {
+  Reader r(bytes, from);
+  RankMessage m;
+  const auto flags = r.get<uint8_t>("flags");
+  if (flags & ~(kShutdownFlag | kJoinFlag)) r.bad("unknown flags " + std::to_string(flags));
+  m.shutdown = flags & kShutdownFlag;
+  m.join = flags & kJoinFlag;
+  const size_t cached = r.length("number of cached operations", kMaxEntries);
+  m.cached.reserve(cached);
+  for (size_t i = 0; i < cached; ++i) m.cached.push_back(r.get<uint32_t>("cached number"));
+  const size_t fresh = r.length("number of new operations", kMaxEntries);
+  for (size_t i = 0; i < fresh; ++i) m.fresh.push_back(get_descriptor(r, ranks));
+  const size_t cancel = r.length("number of cancelled operations", kMaxEntries);
+  for (size_t i = 0; i < cancel; ++i) m.cancel.push_back(r.get_string("cancelled name"));
+  r.finish();
+  return m;
+}
+
+Negotiator::Negotiator(int rank, int size)
+    : rank_(rank), size_(size), joined_(static_cast<size_t>(size), false) {}
+
+RankMessage Negotiator::outgoing(const std::vector<Descriptor> &local, bool shutdown, bool join,
+                                 std::vector<std::string> cancel) const {
+  RankMessage message;
+  message.shutdown = shutdown;
+  message.join = join;
+  message.cancel = std::move(cancel);
+  for (const auto &d : local) {
+    // The newest agreement of this descriptor, if any (a name agreed with other arguments
+    // before is sent in full).
+    const auto found = cached_by_name_.find(d.name);
+    if (found != cached_by_name_.end() && cache_[found->second][static_cast<size_t>(rank_)] == d) {
+      message.cached.push_back(found->second);
+    } else {
+      message.fresh.push_back(d);
+    }
+  }
+  return message;
+}
+
+void Negotiator::announce(int rank, const Descriptor &descriptor, Cycle &cycle,
+                          std::chrono::steady_clock::time_point now) {
+  auto [it, inserted] = pending_.try_emplace(descriptor.name);
+  Pending &p = it->second;
+  if (inserted) {
+    p.per_rank.resize(static_cast<size_t>(size_));
+    p.order = next_order_++;
+    p.first_seen = now;
+  }
+  auto &slot = p.per_rank[static_cast<size_t>(rank)];
+  if (slot) {
+    // The submitting rank refuses a name already in flight, so a second announcement is a
+    // broken peer.
+    throw Error(Code::kCommunication,
+                "rank " + std::to_string(rank) + " announced '" + descriptor.name + "' twice");
+  }
+  slot = descriptor;
+  cycle.announced.emplace_back(descriptor.name, rank);
+}
+
+bool Negotiator::complete(const Pending &pending) const {
+  for (size_t r = 0; r < pending.per_rank.size(); ++r) {
+    if (!pending.per_rank[r] && !joined_[r]) return false;
+  }
+  return true;
+}
+
+std::string Negotiator::check(const Agreed &agreed) const {
+  // The first submitter's descriptor is the reference.
+  size_t first = 0;
+  while (agreed.joined[first]) ++first;
+  const Descriptor &reference = agreed.per_rank[first];
+  for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
+    if (!agreed.joined[r]) continue;
+    if (reference.kind != OpKind::kAllreduce && reference.kind != OpKind::kBroadcast &&
+        reference.kind != OpKind::kBarrier) {
+      return std::string(name_of(reference.kind)) + " cannot run while rank " + std::to_string(r) +
+             " has joined (perseus_join): only allreduce, broadcast and barrier can";
+    }
+  }
+  if (reference.kind == OpKind::kBroadcast && reference.root >= 0 &&
+      static_cast<size_t>(reference.root) < agreed.joined.size() &&
+      agreed.joined[static_cast<size_t>(reference.root)]) {
+    return "its root, rank " + std::to_string(reference.root) +
+           ", has joined (perseus_join) and has nothing to send";
+  }
+  for (const Field &field : fields_for(reference.kind)) {
+    const std::string expected = field.show(reference);
+    std::vector<int> differ;
+    for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
+      if (!agreed.joined[r] && field.show(agreed.per_rank[r]) != expected) {
+        differ.push_back(static_cast<int>(r));
+      }
+    }
+    if (!differ.empty()) {
+      std::string text = "the ranks disagree on its " + std::string(field.name) + ": rank " +
+                         std::to_string(first) + " gave " + expected;
+      for (int r : differ) {
+        text += ", rank " + std::to_string(r) + " " +
+                field.show(agreed.per_rank[static_cast<size_t>(r)]);
+      }
+      return text + " (every rank must submit it with the same arguments)";
+    }
+  }
+  if (reference.kind == OpKind::kAlltoall) {
+    for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
+      if (agreed.per_rank[r].counts.size() != agreed.per_rank.size()) {
+        return "rank " + std::to_string(r) + " gave " +
+               std::to_string(agreed.per_rank[r].counts.size()) + " send counts for " +
+               std::to_string(agreed.per_rank.size()) + " ranks";
+      }
+    }
+  }
+  return "";
+}
+
+Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
+                                      std::chrono::steady_clock::time_point now) {
+  Cycle cycle;
+  bool all_shutdown = true;
+  for (size_t r = 0; r < messages.size(); ++r) {
+    const RankMessage &m = messages[r];
+    const int rank = static_cast<int>(r);
+    all_shutdown = all_shutdown && m.shutdown;
+    for (uint32_t n : m.cached) {
+      if (n >= cache_.size()) {
+        throw Error(Code::kCommunication, "rank " + std::to_string(rank) +
+                                              " referred to agreed operation number " +
+                                              std::to_string(n) + ", but only " +
+                                              std::to_string(cache_.size()) + " exist");
+      }
+      announce(rank, cache_[n][r], cycle, now);
+    }
+    for (const auto &d : m.fresh) announce(rank, d, cycle, now);
+    if (m.join && !joined_[r]) {
+      joined_[r] = true;
+      last_joined_ = rank;  // within one cycle, the highest rank counts as last
+    }
+    if (rank == 0) {
+      for (const auto &name : m.cancel) {
+        const auto it = pending_.find(name);
+        if (it == pending_.end()) continue;
+        cycle.cancelled.push_back(describe(*it, now));
+        pending_.erase(it);
+      }
+    }
+  }
+  cycle.all_shutdown = all_shutdown;
+
+  // Ready: every rank that has not joined has submitted it. Run in order of first sighting.
+  std::vector<std::map<std::string, Pending>::iterator> ready;
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (complete(it->second)) ready.push_back(it);
+  }
+  std::sort(ready.begin(), ready.end(),
+            [](const auto &a, const auto &b) { return a->second.order < b->second.order; });
+  for (auto it : ready) {
+    Agreed agreed;
+    agreed.name = it->first;
+    agreed.joined.assign(static_cast<size_t>(size_), false);
+    const Descriptor *first = nullptr;
+    for (const auto &d : it->second.per_rank) {
+      if (d && !first) first = &*d;
+    }
+    if (!first) {
+      // Every rank has joined and none submitted it: cannot happen (joined ranks submit
+      // nothing), but never run an operation nobody asked for.
+      pending_.erase(it);
+      continue;
+    }
+    bool any_joined = false;
+    for (size_t r = 0; r < it->second.per_rank.size(); ++r) {
+      const auto &d = it->second.per_rank[r];
+      agreed.per_rank.push_back(d ? *d : *first);
+      agreed.joined[r] = !d;
+      any_joined = any_joined || !d;
+    }
+    agreed.error = check(agreed);
+    if (agreed.error.empty() && !any_joined) {
+      cached_by_name_[agreed.name] = static_cast<uint32_t>(cache_.size());
+      cache_.push_back(agreed.per_rank);
+    }
+    cycle.ready.push_back(std::move(agreed));
+    pending_.erase(it);
+  }
+
+  if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) {
+    cycle.join_done = last_joined_;
+    joined_.assign(joined_.size(), false);
+    last_joined_ = -1;
+  }
+  return cycle;
+}
+
+Stall Negotiator::describe(const std::pair<const std::string, Pending> &entry,
+                           std::chrono::steady_clock::time_point now) const {
+  const auto &[name, p] = entry;
+  Stall stall{name,
+              OpKind::kAllreduce,
+              {},
+              {},
+              std::chrono::duration_cast<std::chrono::seconds>(now - p.first_seen)};
+  for (size_t r = 0; r < p.per_rank.size(); ++r) {
+    if (p.per_rank[r]) {
+      stall.submitted.push_back(static_cast<int>(r));
+      stall.kind = p.per_rank[r]->kind;
+    } else if (!joined_[r]) {
+      stall.missing.push_back(static_cast<int>(r));
+    }
+  }
+  return stall;
+}
+
+std::vector<Stall> Negotiator::stalls(std::chrono::steady_clock::time_point now,
+                                      std::chrono::seconds after) const {
+  std::vector<Stall> found;
+  for (const auto &entry : pending_) {
+    if (now - entry.second.first_seen >= after) found.push_back(describe(entry, now));
+  }
+  return found;
+}
+
+}  // namespace perseus::comm

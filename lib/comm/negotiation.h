@@ -1,0 +1,125 @@
+#pragma once
+// How the ranks agree on what to run, without a coordinator: every cycle each rank sends the
+// others (one allgather) what it has newly submitted, and every rank feeds all the messages, in
+// rank order, to its own Negotiator. Since every Negotiator sees the same messages in the same
+// order, each decides the same thing: which named operations every rank has now submitted, in
+// which order to run them, which of them disagree between ranks. No clock and no randomness
+// enter a decision (only stall reports, which change nothing, read the clock), so all ranks run
+// the same operations in the same order even when they submitted them in different orders.
+//
+// The cached fast path: an operation agreed once gets a number, the same on every rank; when a
+// rank submits the same descriptor again it sends only the number. Training loops submit the
+// same tensors every step, so after the first step a cycle's message is a few bytes per tensor.
+//
+// Pure: no threads, no network, no clock of its own (tests drive it directly).
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lib/comm/operation.h"
+
+namespace perseus::comm {
+
+// One rank's message for one cycle.
+struct RankMessage {
+  bool shutdown = false;            // sticky: this rank called perseus_finalize
+  bool join = false;                // this rank called perseus_join (sent once)
+  std::vector<uint32_t> cached;     // numbers of agreed descriptors submitted again
+  std::vector<Descriptor> fresh;    // descriptors sent in full
+  std::vector<std::string> cancel;  // rank 0 only: names given up on (stall shutdown)
+
+  bool empty() const {
+    return !shutdown && !join && cached.empty() && fresh.empty() && cancel.empty();
+  }
+  bool operator==(const RankMessage &) const = default;
+};
+
+// Caps checked before anything is allocated when decoding a peer's message.
+constexpr size_t kMaxNameBytes = 64 * 1024;
+constexpr size_t kMaxEntries = 1 << 20;
+
+std::string encode(const RankMessage &message);
+// Throws Error(kCommunication) naming `from` and what is wrong when `bytes` is not a message
+// encode() could have written (truncated, extended, out-of-range values, lengths over the caps).
+RankMessage decode(std::string_view bytes, int from, int ranks);
+
+// One agreed operation, ready on every rank that has not joined.
+struct Agreed {
+  std::string name;
+  // Each rank's descriptor; for a rank that has joined, a copy of the first submitter's with
+  // `joined` set.
+  std::vector<Descriptor> per_rank;
+  std::vector<bool> joined;
+  // Non-empty when the ranks' descriptors disagree (or a joined rank cannot take part): then
+  // nothing runs and every rank's request fails with this message.
+  std::string error;
+};
+
+struct Stall {
+  std::string name;
+  OpKind kind;
+  std::vector<int> submitted;  // ranks that have submitted it
+  std::vector<int> missing;    // ranks that have not
+  std::chrono::seconds waited;
+};
+
+class Negotiator {
+ public:
+  Negotiator(int rank, int size);
+
+  // The message for this cycle announcing `local` (this rank's new submissions, in the order
+  // they were made), with agreed descriptors replaced by their numbers.
+  RankMessage outgoing(const std::vector<Descriptor> &local, bool shutdown, bool join,
+                       std::vector<std::string> cancel = {}) const;
+
+  struct Cycle {
+    std::vector<Agreed> ready;     // in the order to run them, the same on every rank
+    std::vector<Stall> cancelled;  // what rank 0 gave up on; fail them here
+    bool all_shutdown = false;     // every rank has called perseus_finalize
+    std::optional<int> join_done;  // every rank has joined: the last one to join
+    // Ranks that announced something for the first time this cycle, per name (for the timeline).
+    std::vector<std::pair<std::string, int>> announced;
+  };
+  // Feeds one cycle's messages (index = rank). `now` stamps first sightings for stall reports.
+  // Throws Error(kCommunication) when a message refers to an unknown cached number.
+  Cycle receive(const std::vector<RankMessage> &messages,
+                std::chrono::steady_clock::time_point now);
+
+  // Operations some ranks have submitted and others not, pending for at least `after`.
+  std::vector<Stall> stalls(std::chrono::steady_clock::time_point now,
+                            std::chrono::seconds after) const;
+
+  size_t pending() const { return pending_.size(); }
+  size_t cached() const { return cache_.size(); }
+  bool joined(int rank) const { return joined_[static_cast<size_t>(rank)]; }
+
+ private:
+  struct Pending {
+    std::vector<std::optional<Descriptor>> per_rank;
+    uint64_t order = 0;  // first sighting, in the global (rank-ordered) announcement sequence
+    std::chrono::steady_clock::time_point first_seen;
+  };
+  void announce(int rank, const Descriptor &descriptor, Cycle &cycle,
+                std::chrono::steady_clock::time_point now);
+  std::string check(const Agreed &agreed) const;
+  Stall describe(const std::pair<const std::string, Pending> &entry,
+                 std::chrono::steady_clock::time_point now) const;
+  bool complete(const Pending &pending) const;
+
+  int rank_;
+  int size_;
+  std::map<std::string, Pending> pending_;
+  uint64_t next_order_ = 0;
+  // Agreed descriptors, numbered in agreement order: cache_[n][r] is rank r's descriptor.
+  std::vector<std::vector<Descriptor>> cache_;
+  std::map<std::string, uint32_t> cached_by_name_;  // the newest number of each name
+  std::vector<bool> joined_;
+  int last_joined_ = -1;
+};
+
+}  // namespace perseus::comm

@@ -1,0 +1,81 @@
+#pragma once
+// One named operation: what a rank asks for (Descriptor, which travels to the other ranks
+// during negotiation) and the request that carries it inside this process (Request: the
+// borrowed buffers, the result, the completion that perseus_wait blocks on).
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "lib/comm/error.h"
+#include "lib/comm/types.h"
+
+namespace perseus::comm {
+
+enum class OpKind : uint8_t {
+  kAllreduce = 0,
+  kBroadcast = 1,
+  kAllgatherv = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
+  kJoin = 6,
+};
+constexpr int kOpKinds = 7;
+
+const char *name_of(OpKind kind);
+
+// What one rank submitted, as the other ranks see it. Which fields count depends on the kind:
+// count is this rank's elements (allreduce, broadcast, allgatherv) or the sum of counts
+// (alltoall: the elements sent to each rank; reducescatter: each rank's block).
+struct Descriptor {
+  OpKind kind = OpKind::kAllreduce;
+  DataType type = DataType::kUint8;
+  ReduceOp op = ReduceOp::kSum;
+  int32_t root = 0;
+  int32_t device = -1;  // -1: host memory
+  double prescale = 1.0;
+  double postscale = 1.0;
+  uint64_t count = 0;
+  std::vector<uint64_t> counts;
+  std::string name;
+
+  bool operator==(const Descriptor &) const = default;
+};
+
+// A submitted operation inside this process, shared by the caller's handle and the engine.
+struct Request {
+  Descriptor what;
+  const void *send = nullptr;
+  void *recv = nullptr;
+  void *stream = nullptr;
+  std::chrono::steady_clock::time_point submitted;
+
+  // Results that the library holds (allgatherv, alltoall) and join's last rank; written by the
+  // engine before completion, read by the caller after it.
+  std::vector<uint8_t> output;
+  std::vector<size_t> output_counts;
+  int last_rank = -1;
+
+  // Completion. Once done, code and message never change.
+  void succeed();
+  void fail(Code code, const std::string &message);
+  bool done() const;
+  // Blocks until done; then throws Error(code, message) if it failed.
+  void wait() const;
+  // Blocks until done, ignoring the result (before the request's memory is freed).
+  void wait_quietly() const noexcept;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable done_changed_;
+  bool done_ = false;
+  Code code_ = Code::kInternal;
+  std::string message_;
+};
+
+}  // namespace perseus::comm
