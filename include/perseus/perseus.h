@@ -90,7 +90,10 @@ PERSEUS_API int perseus_nccl_built(void);
  * again (again on every rank). Sets SIGPIPE to be ignored when its action is the default, so that
  * a peer's death is reported as PERSEUS_ERROR_COMMUNICATION instead of killing this rank. */
 PERSEUS_API int perseus_init(void);
-/* Closes the connections. Not collective, but call it after the last collective on every rank. */
+/* Collective: waits until every rank has called it (the background thread keeps serving the
+ * others' operations meanwhile), then stops the background thread and closes the connections.
+ * Requests not yet run fail with PERSEUS_ERROR_NOT_INITIALIZED. A rank that exits without it
+ * makes the others' pending operations fail as a lost peer. */
 PERSEUS_API int perseus_finalize(void);
 
 /* The rank's place: a value >= 0, or PERSEUS_ERROR_NOT_INITIALIZED before perseus_init. Local
