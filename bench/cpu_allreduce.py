@@ -13,7 +13,8 @@ a burst of other load on the machine hurts no peer more than another):
   mpi      build/bench/cpu_allreduce_mpi under `mpirun --oversubscribe -np N`
 All three do the same thing: float32 SUM all-reduces of 4 KB, 64 KB, 1 MB, 16 MB and 256 MB
 (a warm-up, a barrier, ITERS timed calls, the largest elapsed time over the ranks), then
-1000 tensors of 4 KB, each its own all-reduce call, per iteration (no fusion in any peer).
+1000 tensors of 4 KB, each its own all-reduce call, per iteration (no fusion in any peer), and
+for perseus the same 1000 submitted at once with perseus_allreduce_async (fused).
 busbw = algbw * 2 (N - 1) / N, as nccl-tests; GB/s are 1e9 bytes per second.
 
 It builds nothing: build first (ninja -C build). Prints a Markdown table per N: busbw of each
@@ -231,6 +232,10 @@ def main():
               f"{many[2]} iterations), ms per iteration: perseus {fmt(p, 1)}, torch gloo "
               f"{fmt(t, 1)}, MPI {fmt(m, 1)}; perseus/torch {fmt(ratio(p, t), 2)}, "
               f"perseus/MPI {fmt(ratio(p, m), 2)} (time ratios: below 1, perseus is faster)")
+        f = field("perseus", n, "many_fused", many[1], "ms_per_iter")
+        print(f"the same {many[0]} submitted at once (perseus_allreduce_async, fused): perseus "
+              f"{fmt(f, 1)} ms per iteration; against per-tensor torch gloo "
+              f"{fmt(ratio(f, t), 3)}, against per-tensor MPI {fmt(ratio(f, m), 3)}")
     if errors:
         print("\nErrors:\n" + "\n".join(f"- {e}" for e in errors))
         return 1

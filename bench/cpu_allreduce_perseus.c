@@ -4,7 +4,9 @@
  *
  * SIZES is BYTES:ITERS,... (float32 SUM, out of place: one send and one recv buffer per rank);
  * MANY is TENSORS:BYTES:ITERS, e.g. 1000:4096:5: each iteration all-reduces TENSORS separate
- * buffers of BYTES, one perseus_allreduce call each (libperseus has no fusion). Per size: a
+ * buffers of BYTES, one blocking perseus_allreduce call each ("many"), then the same submitted
+ * all at once with perseus_allreduce_async and waited for ("many_fused": what a training step
+ * does, and what lets libperseus fuse them into few transfers). Per size: a
  * warm-up (max(1, ITERS / 10) calls, the first checked), a barrier, ITERS timed calls, and the
  * largest elapsed time over the ranks (an all-reduce MAX). Rank 0 prints one JSON line per case;
  * busbw = algbw * 2 (N - 1) / N, as nccl-tests. cpu_allreduce_mpi.c is the same program over
@@ -132,6 +134,57 @@ static void bench_many(int tensors, size_t bytes, int iters) {
   free(recv);
 }
 
+/* TENSORS named all-reduces submitted at once, then waited for, per iteration. */
+static void bench_fused(int tensors, size_t bytes, int iters) {
+  const size_t count = bytes / sizeof(float);
+  float **send = malloc((size_t)tensors * sizeof *send);
+  float **recv = malloc((size_t)tensors * sizeof *recv);
+  char(*names)[32] = malloc((size_t)tensors * sizeof *names);
+  perseus_request_t **requests = malloc((size_t)tensors * sizeof *requests);
+  double start = 0, elapsed, algbw;
+  int i, t;
+  if (!send || !recv || !names || !requests) exit(1);
+  for (t = 0; t < tensors; t++) {
+    send[t] = alloc_floats(count, (float)(g_rank + 1));
+    recv[t] = alloc_floats(count, 0.0f);
+    snprintf(names[t], sizeof names[t], "fused.%d", t);
+  }
+  for (i = -1; i < iters; i++) { /* iteration -1: the warm-up, checked */
+    if (i == 0) {
+      check(perseus_barrier(), "barrier");
+      start = now();
+    }
+    for (t = 0; t < tensors; t++)
+      check(perseus_allreduce_async(send[t], recv[t], count, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0,
+                                    names[t], PERSEUS_DEVICE_CPU, NULL, &requests[t]),
+            "allreduce_async");
+    for (t = 0; t < tensors; t++) {
+      check(perseus_wait(requests[t]), "wait");
+      perseus_release(requests[t]);
+    }
+    if (i == -1)
+      for (t = 0; t < tensors; t++) verify(recv[t], count);
+  }
+  elapsed = max_over_ranks(now() - start);
+  algbw = (double)bytes * tensors * iters / elapsed / 1e9;
+  if (g_rank == 0)
+    printf(
+        "{\"peer\": \"perseus\", \"n\": %d, \"case\": \"many_fused\", \"tensors\": %d, "
+        "\"bytes\": %zu, \"iters\": %d, \"seconds\": %.9g, \"ms_per_iter\": %.6g, "
+        "\"algbw_gbs\": %.6g, \"busbw_gbs\": %.6g}\n",
+        g_size, tensors, bytes, iters, elapsed, elapsed / iters * 1e3, algbw,
+        algbw * 2.0 * (g_size - 1) / g_size);
+  fflush(stdout);
+  for (t = 0; t < tensors; t++) {
+    free(send[t]);
+    free(recv[t]);
+  }
+  free(send);
+  free(recv);
+  free(names);
+  free(requests);
+}
+
 int main(int argc, char **argv) {
   char *spec, *item, *save = NULL;
   if (argc < 2 || argc > 3) {
@@ -159,6 +212,7 @@ int main(int argc, char **argv) {
       return 2;
     }
     bench_many(tensors, (size_t)bytes, iters);
+    bench_fused(tensors, (size_t)bytes, iters);
   }
   check(perseus_finalize(), "perseus_finalize");
   return 0;
