@@ -11,6 +11,8 @@
 #include <string>
 
 #include "lib/comm/error.h"
+#include "lib/comm/nccl/device_executor.h"
+#include "lib/comm/nccl/nccl_api.h"
 #include "lib/comm/runtime.h"
 #include "lib/comm/types.h"
 #include "perseus/perseus.h"
@@ -140,8 +142,12 @@ PERSEUS_API int perseus_version(void) { return PERSEUS_VERSION_CODE; }
 
 PERSEUS_API int perseus_gloo_built(void) { return 1; }
 
-// The NCCL backend is not written yet, whatever this build found.
-PERSEUS_API int perseus_nccl_built(void) { return 0; }
+// 1 when NCCL and the CUDA runtime load and see a GPU here: device memory can then be passed.
+PERSEUS_API int perseus_nccl_built(void) {
+  return perseus::comm::guarded("perseus_nccl_built", nullptr, [] {
+    return perseus::comm::nccl::nccl_available(nullptr) ? 1 : 0;
+  });
+}
 
 PERSEUS_API int perseus_init(void) {
   using namespace perseus::comm;
@@ -306,6 +312,14 @@ PERSEUS_API int perseus_output_copy(const perseus_request_t *request, void *dst)
                                  "perseus_wait on an allgatherv or alltoall");
     }
     r.wait();
+    if (r.device_output) {
+      if (r.device_output_bytes && !dst) {
+        throw perseus::comm::Error(perseus::comm::Code::kInvalidArgument, "dst is NULL");
+      }
+      perseus::comm::nccl::copy_from_device(r.what.device, dst, r.device_output.get(),
+                                            r.device_output_bytes);
+      return PERSEUS_SUCCESS;
+    }
     if (r.output.empty()) return PERSEUS_SUCCESS;
     if (!dst) {
       throw perseus::comm::Error(

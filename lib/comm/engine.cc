@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/reduction.h"
 
 namespace perseus::comm {
@@ -81,11 +82,12 @@ EngineSettings read_engine_settings(Lookup lookup) {
 }
 
 Engine::Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
-               EngineSettings settings, LostPeers lost_peers)
+               EngineSettings settings, LostPeers lost_peers, EngineStore store)
     : job_(job),
       settings_(std::move(settings)),
       backend_(std::move(backend)),
       lost_peers_(std::move(lost_peers)),
+      store_(std::move(store)),
       negotiator_(job.rank, job.size),
       timeline_(job.rank == 0 ? settings_.timeline : ""),
       last_stall_report_(Clock::now()),
@@ -227,7 +229,102 @@ void Engine::loop() {
                                                  "libperseus, please report it): ") +
                                          error.what());
   }
+  device_.reset();  // on the thread that used it
   timeline_.flush();
+}
+
+nccl::DeviceExecutor &Engine::device(int ordinal) {
+  if (!device_) {
+    // Every rank reaches its first device operation at the same point of the agreed order, so
+    // they all make the communicator together here.
+    const std::string key = store_.prefix + "nccl/unique_id";
+    const auto exchange = [&](const std::string &mine) {
+      if (!mine.empty()) {
+        store_.set(key, mine);
+        return mine;
+      }
+      return store_.get(key, job_.init_timeout);
+    };
+    device_ = std::make_unique<nccl::DeviceExecutor>(job_.rank, job_.size, ordinal, exchange,
+                                                     Clock::now() + job_.init_timeout);
+  } else if (device_->device() != ordinal) {
+    throw Error(Code::kInvalidArgument,
+                "this rank's device operations use CUDA device " +
+                    std::to_string(device_->device()) + ", not " + std::to_string(ordinal) +
+                    ": one GPU per rank (CUDA_VISIBLE_DEVICES from perseusrun gives each rank "
+                    "its own)");
+  }
+  return *device_;
+}
+
+void Engine::run_device_allreduces(const std::vector<const Agreed *> &group,
+                                   const std::vector<std::shared_ptr<Request>> &requests) {
+  const Descriptor &d = group.front()->per_rank[static_cast<size_t>(job_.rank)];
+  std::vector<nccl::DeviceExecutor::Piece> pieces;
+  for (size_t k = 0; k < group.size(); ++k) {
+    const auto &r = requests[k];
+    pieces.push_back({r ? r->send : nullptr, r ? r->recv : nullptr,
+                      static_cast<size_t>(group[k]->per_rank[0].count),
+                      r ? r->ready_event.get() : nullptr});
+  }
+  const auto sent = Clock::now();
+  device(d.device).allreduce(pieces, d.type, d.op);
+  if (timeline_.enabled()) {
+    for (const Agreed *a : group) timeline_.span(a->name, "NCCL_ALLREDUCE", sent, Clock::now());
+  }
+}
+
+void Engine::run_device_one(const Agreed &agreed, const std::shared_ptr<Request> &request) {
+  const auto me = static_cast<size_t>(job_.rank);
+  const Descriptor &d = agreed.per_rank[me];
+  const size_t unit = element_size(d.type);
+  const size_t size = agreed.per_rank.size();
+  void *ready = request && request->ready_event ? request->ready_event.get() : nullptr;
+  switch (d.kind) {
+    case OpKind::kBroadcast:
+      device(d.device).broadcast(request ? request->recv : nullptr, static_cast<size_t>(d.count),
+                                 d.type, d.root, ready);
+      break;
+    case OpKind::kAllgatherv: {
+      std::vector<size_t> counts(size);
+      size_t total = 0;
+      for (size_t r = 0; r < size; ++r) {
+        counts[r] = static_cast<size_t>(agreed.per_rank[r].count);
+        total += counts[r];
+      }
+      request->output_counts = counts;
+      request->device_output = nccl::allocate_device(d.device, total * unit);
+      request->device_output_bytes = total * unit;
+      device(d.device).allgatherv(request->send, counts, d.type, request->device_output.get(),
+                                  ready);
+      break;
+    }
+    case OpKind::kAlltoall: {
+      std::vector<size_t> out(size);
+      std::vector<size_t> in(size);
+      size_t total = 0;
+      for (size_t r = 0; r < size; ++r) {
+        out[r] = static_cast<size_t>(d.counts[r]);
+        in[r] = static_cast<size_t>(agreed.per_rank[r].counts[me]);
+        total += in[r];
+      }
+      request->output_counts = in;
+      request->device_output = nccl::allocate_device(d.device, total * unit);
+      request->device_output_bytes = total * unit;
+      device(d.device).alltoallv(request->send, out, request->device_output.get(), in, d.type,
+                                 ready);
+      break;
+    }
+    case OpKind::kReducescatter: {
+      std::vector<size_t> counts(d.counts.begin(), d.counts.end());
+      device(d.device).reducescatter(request->send, request->recv, counts, d.type, d.op, ready);
+      break;
+    }
+    case OpKind::kAllreduce:
+    case OpKind::kBarrier:
+    case OpKind::kJoin:
+      break;
+  }
 }
 
 void Engine::cycle() {
@@ -387,7 +484,9 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
     timeline_.end(a->name, started);
     timeline_.begin(a->name, "ALLREDUCE", started);
   }
-  if (total > 0) {
+  if (d.device >= 0) {
+    run_device_allreduces(group, requests);
+  } else if (total > 0) {
     // One tensor needs no fusion buffer: it is reduced where it lies.
     void *buffer = nullptr;
     const bool direct = group.size() == 1 && requests[0] != nullptr;
@@ -454,6 +553,12 @@ void Engine::run_one(const Agreed &agreed) {
     return;
   }
   timeline_.begin(agreed.name, name_of(d.kind), started);
+  if (d.device >= 0) {
+    run_device_one(agreed, request);
+    timeline_.end(agreed.name, Clock::now());
+    succeed(request);
+    return;
+  }
   const size_t unit = element_size(d.type);
   const size_t size = agreed.per_rank.size();
   switch (d.kind) {

@@ -54,6 +54,17 @@ struct EngineSettings {
 // Reads the PERSEUS_* tuning variables above; Error(kInvalidArgument) naming a bad value.
 EngineSettings read_engine_settings(Lookup lookup);
 
+namespace nccl {
+class DeviceExecutor;
+}
+
+// The job's store as the engine's thread uses it (the NCCL communicator's id).
+struct EngineStore {
+  std::function<void(const std::string &key, const std::string &value)> set;
+  std::function<std::string(const std::string &key, std::chrono::milliseconds timeout)> get;
+  std::string prefix;  // keys of this perseus_init: "perseus/comm/<init number>/"
+};
+
 class Engine {
  public:
   // Called once, on the engine's thread, after a backend failure: which peers the launcher
@@ -61,7 +72,7 @@ class Engine {
   using LostPeers = std::function<std::string()>;
 
   Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
-         EngineSettings settings, LostPeers lost_peers);
+         EngineSettings settings, LostPeers lost_peers, EngineStore store);
   // Stops the thread without agreement (shutdown() is the orderly way).
   ~Engine();
   Engine(const Engine &) = delete;
@@ -91,11 +102,17 @@ class Engine {
   void succeed(const std::shared_ptr<Request> &request);
   void fail(const std::shared_ptr<Request> &request, Code code, const std::string &message);
   void report_stalls();
+  nccl::DeviceExecutor &device(int ordinal);
+  void run_device_allreduces(const std::vector<const Agreed *> &group,
+                             const std::vector<std::shared_ptr<Request>> &requests);
+  void run_device_one(const Agreed &agreed, const std::shared_ptr<Request> &request);
 
   const JobEnvironment job_;
   const EngineSettings settings_;
   std::unique_ptr<transport::Backend> backend_;
   LostPeers lost_peers_;
+  EngineStore store_;
+  std::unique_ptr<nccl::DeviceExecutor> device_;
   Negotiator negotiator_;
   Timeline timeline_;
 

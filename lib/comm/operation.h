@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -59,6 +60,11 @@ struct Request {
   // engine before completion, read by the caller after it.
   std::vector<uint8_t> output;
   std::vector<size_t> output_counts;
+  // Device memory: the event recorded on the caller's stream at submission, and a result the
+  // library holds in device memory (allgatherv, alltoall) with its size in bytes.
+  std::shared_ptr<void> ready_event;
+  std::shared_ptr<void> device_output;
+  size_t device_output_bytes = 0;
   int last_rank = -1;
 
   // Completion. Once done, code and message never change.

@@ -10,6 +10,9 @@
 #include "lib/comm/error.h"
 #include "lib/comm/gloo/backend.h"
 #include "lib/comm/local_address.h"
+#include "lib/comm/nccl/cuda_api.h"
+#include "lib/comm/nccl/device_executor.h"
+#include "lib/comm/nccl/nccl_api.h"
 #include "lib/comm/rendezvous_store.h"
 #include "lib/rendezvous/client.h"
 #include "lib/rendezvous/wire.h"
@@ -106,8 +109,23 @@ Runtime::Runtime(JobEnvironment job, EngineSettings settings, int generation)
                           job_.rank, job_.init_timeout);
     backend = std::make_unique<gloo::Backend>(job_, store, address);
   }
-  engine_ = std::make_unique<Engine>(job_, std::move(backend), std::move(settings),
-                                     [this] { return lost_peers(); });
+  EngineStore engine_store;
+  engine_store.prefix = "perseus/comm/" + std::to_string(generation) + "/";
+  engine_store.set = [this](const std::string &key, const std::string &value) {
+    store_->set(key, value);
+  };
+  engine_store.get = [this](const std::string &key, std::chrono::milliseconds timeout) {
+    try {
+      return store_->get(key, timeout);
+    } catch (const rendezvous::TimeoutError &error) {
+      throw Error(Code::kTimeout, std::string("waiting for the job's store: ") + error.what());
+    } catch (const rendezvous::WireError &error) {
+      throw Error(Code::kRendezvous, std::string("the job's store: ") + error.what());
+    }
+  };
+  engine_ = std::make_unique<Engine>(
+      job_, std::move(backend), std::move(settings), [this] { return lost_peers(); },
+      std::move(engine_store));
 }
 
 Runtime::~Runtime() = default;
@@ -144,11 +162,18 @@ std::shared_ptr<Request> Runtime::make(OpKind kind, const char *name, int dtype,
   auto request = std::make_shared<Request>();
   request->what.kind = kind;
   request->what.type = to_data_type(dtype);
-  if (device != -1) {
-    // The NCCL backend is not part of this build yet (include/perseus/perseus.h).
+  if (device < -1) {
     throw invalid("device " + std::to_string(device) +
-                  " given, but this libperseus moves host memory only "
-                  "(perseus_nccl_built() is 0): pass PERSEUS_DEVICE_CPU (-1) and host buffers");
+                  " is neither PERSEUS_DEVICE_CPU (-1) nor a CUDA device ordinal");
+  }
+  if (device >= 0) {
+    std::string why;
+    if (!nccl::nccl_available(&why)) {
+      throw invalid("device " + std::to_string(device) +
+                    " given, but device memory needs NCCL and a GPU: " + why +
+                    " (perseus_nccl_built() is 0 here; pass host buffers with "
+                    "PERSEUS_DEVICE_CPU)");
+    }
   }
   request->what.device = device;
   request->stream = stream;
@@ -161,6 +186,26 @@ std::shared_ptr<Request> Runtime::make(OpKind kind, const char *name, int dtype,
 }
 
 std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
+  if (request->what.device >= 0) {
+    const Descriptor &d = request->what;
+    if (d.prescale != 1.0 || d.postscale != 1.0) {
+      throw invalid(
+          "prescale/postscale on device memory are not supported: scale the tensor "
+          "on its stream before and after (the torch shim does)");
+    }
+    const auto &cuda = nccl::cuda_api();
+    const size_t unit = element_size(d.type);
+    if (request->send && d.count > 0) {
+      nccl::check_device_pointer(cuda, request->send, d.device, "send buffer");
+    }
+    if (request->recv && request->recv != request->send && d.kind != OpKind::kReducescatter &&
+        d.count > 0) {
+      nccl::check_device_pointer(cuda, request->recv, d.device, "recv buffer");
+    }
+    (void)unit;
+    // Ordered after the work the caller has queued on its stream so far.
+    request->ready_event = nccl::record_ready_event(d.device, request->stream);
+  }
   engine_->submit(request);
   return request;
 }
@@ -280,7 +325,8 @@ void Runtime::barrier() {
 }
 
 int Runtime::join(int device) {
-  auto request = make(OpKind::kJoin, "join", 0, device, nullptr);
+  auto request = make(OpKind::kJoin, "join", 0, -1, nullptr);
+  (void)device;  // zeros are made where the others' tensors live
   engine_->join(request);
   request->wait();
   return request->last_rank;

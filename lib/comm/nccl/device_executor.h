@@ -1,0 +1,78 @@
+#pragma once
+// The engine's side of device memory: runs agreed operations on CUDA buffers through one NCCL
+// communicator, on Perseus's own stream, ordered after the work the caller had queued on its
+// stream when it submitted (an event recorded then, waited for by our stream: no device-wide
+// synchronisation), with a fusion buffer in device memory for packed all-reduces.
+//
+// Each call returns when the operation's output is final (the engine's thread waits on an event
+// recorded after it), so a request is done only when its result can be read on any stream.
+//
+// Made lazily by the engine at the first agreed device operation, which every rank reaches at
+// the same point; used from the engine's thread only.
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "lib/comm/nccl/communicator.h"
+#include "lib/comm/nccl/cuda_api.h"
+#include "lib/comm/types.h"
+
+namespace perseus::comm::nccl {
+
+// An event recorded on `stream` of `device` now (the caller's thread, at submission); destroyed
+// with the last copy. The caller's current device is left as it was.
+std::shared_ptr<void> record_ready_event(int device, CudaStream stream);
+
+// Device memory that frees itself.
+std::shared_ptr<void> allocate_device(int device, size_t bytes);
+
+// A synchronous device-to-anywhere copy (perseus_output_copy of a device result).
+void copy_from_device(int device, void *dst, const void *src, size_t bytes);
+
+class DeviceExecutor {
+ public:
+  DeviceExecutor(int rank, int size, int device, const IdExchange &exchange,
+                 Communicator::Clock::time_point deadline);
+  ~DeviceExecutor();
+  DeviceExecutor(const DeviceExecutor &) = delete;
+  DeviceExecutor &operator=(const DeviceExecutor &) = delete;
+
+  int device() const { return device_; }
+
+  // One all-reduce of many tensors: send == nullptr stands for zeros (a joined rank). One piece
+  // with send and recv is reduced where it lies; more are packed into the fusion buffer.
+  struct Piece {
+    const void *send;
+    void *recv;
+    size_t count;
+    void *ready;  // the submission's event, or null
+  };
+  void allreduce(const std::vector<Piece> &pieces, DataType type, ReduceOp op);
+  // buffer == nullptr: this rank joined and receives into scratch memory.
+  void broadcast(void *buffer, size_t count, DataType type, int root, void *ready);
+  // out: device memory of the sum of counts; filled in rank order.
+  void allgatherv(const void *send, const std::vector<size_t> &counts, DataType type, void *out,
+                  void *ready);
+  void alltoallv(const void *send, const std::vector<size_t> &send_counts, void *out,
+                 const std::vector<size_t> &recv_counts, DataType type, void *ready);
+  // recv (recv_counts[rank] elements) = op over ranks of each one's block number `rank`.
+  void reducescatter(const void *send, void *recv, const std::vector<size_t> &recv_counts,
+                     DataType type, ReduceOp op, void *ready);
+
+ private:
+  void wait_for(void *ready);
+  void finish();  // waits until our stream's work is done; raises NCCL's async errors
+  void *scratch(size_t bytes);
+
+  const CudaApi &cuda_;
+  int device_;
+  std::unique_ptr<Communicator> communicator_;
+  CudaStream stream_ = nullptr;
+  CudaEvent done_ = nullptr;
+  std::shared_ptr<void> fusion_;
+  size_t fusion_bytes_ = 0;
+};
+
+}  // namespace perseus::comm::nccl
