@@ -206,6 +206,13 @@ std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
     // Ordered after the work the caller has queued on its stream so far.
     request->ready_event = nccl::record_ready_event(d.device, request->stream);
   }
+  if (request->what.device < 0 && nccl::cuda_in_use()) {
+    const auto &cuda = nccl::cuda_api();
+    if (request->send) nccl::check_host_pointer(cuda, request->send, "send buffer");
+    if (request->recv && request->recv != request->send) {
+      nccl::check_host_pointer(cuda, request->recv, "recv buffer");
+    }
+  }
   engine_->submit(request);
   return request;
 }

@@ -435,6 +435,20 @@ class Suite:
             expect(rc, ["host memory"], f"allgatherv of a host buffer with device {dev}")
         cases.append(("broadcast/allgatherv host pointer", other_ops_host_pointer))
 
+        def device_pointer_as_host():
+            # A CUDA tensor passed as PERSEUS_DEVICE_CPU must be refused, not read by Gloo.
+            d = torch.ones(1000, dtype=torch.float32, device=self.dev)
+            req = ctypes.c_void_p()
+            rc = lib.perseus_allreduce_async(self.ptr(d), self.ptr(d), 1000,
+                                             DTYPE_CODE["float32"], 0, 1.0, 1.0,
+                                             self.name("err"), -1, None, ctypes.byref(req))
+            if rc == SUCCESS:
+                lib.perseus_wait(req)
+                lib.perseus_release(req)
+            expect(rc, ["send buffer", "PERSEUS_DEVICE_CPU"],
+                   "a device tensor passed as PERSEUS_DEVICE_CPU")
+        cases.append(("device pointer as host", device_pointer_as_host))
+
         def scale(prescale, postscale):
             def run():
                 x = torch.ones(1000, dtype=torch.float32, device=self.dev)

@@ -1,5 +1,7 @@
 #include "lib/comm/nccl/cuda_api.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <iterator>
 #include <memory>
@@ -148,6 +150,30 @@ void check_device_pointer(const CudaApi &cuda, const void *pointer, int device,
     throw Error(Code::kInvalidArgument, where + " is memory of CUDA device " +
                                             std::to_string(attributes.device) + ", not of device " +
                                             std::to_string(device) + " as the call said");
+  }
+}
+
+bool cuda_in_use() {
+  // The driver library is loaded by every CUDA runtime (torch's bundled one too) before any
+  // device memory exists; RTLD_NOLOAD only looks, it never loads.
+  void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!driver) return false;
+  dlclose(driver);
+  return cuda_available(nullptr);
+}
+
+void check_host_pointer(const CudaApi &cuda, const void *pointer, const std::string &what) {
+  CudaPointerAttributes attributes{};
+  const CudaError error = cuda.pointer_get_attributes(&attributes, pointer);
+  if (error != kCudaSuccess) {
+    cuda.get_last_error();  // not memory CUDA knows: plain host memory
+    return;
+  }
+  if (attributes.type == CudaMemoryType::kDevice) {
+    throw Error(Code::kInvalidArgument,
+                what + " " + hex(pointer) + " is memory of CUDA device " +
+                    std::to_string(attributes.device) +
+                    ", but the call said PERSEUS_DEVICE_CPU: pass the tensor's device");
   }
 }
 

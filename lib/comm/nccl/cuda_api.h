@@ -93,4 +93,12 @@ bool cuda_available(std::string *why);
 void check_device_pointer(const CudaApi &cuda, const void *pointer, int device,
                           const std::string &what);
 
+// True when this process already uses CUDA (its driver library is loaded) and a GPU is there:
+// only then can a buffer be device memory, so only then are host buffers checked.
+bool cuda_in_use();
+
+// Throws Error(kInvalidArgument) when `pointer` is device memory (managed memory is fine: the
+// host can read it): a CUDA tensor passed as PERSEUS_DEVICE_CPU would otherwise crash Gloo.
+void check_host_pointer(const CudaApi &cuda, const void *pointer, const std::string &what);
+
 }  // namespace perseus::comm::nccl
