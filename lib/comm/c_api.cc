@@ -10,7 +10,10 @@
 #include <shared_mutex>
 #include <string>
 
+#include <openssl/crypto.h>
+
 #include "lib/comm/error.h"
+#include "lib/comm/mpi_bootstrap.h"
 #include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/nccl/nccl_api.h"
 #include "lib/comm/runtime.h"
@@ -154,11 +157,27 @@ PERSEUS_API int perseus_init(void) {
   return guarded("perseus_init", nullptr, [] {
     std::unique_lock lock(state().mutex);
     if (state().runtime) return PERSEUS_SUCCESS;
+    // A program may exit without perseus_finalize while the background thread still runs: the
+    // exit handlers must not tear OpenSSL down under it (its store connection signs with HMAC),
+    // and the thread must stop using the store once exit has begun (process_exiting()). Our
+    // handler is registered after OpenSSL's, so it runs first.
+    static const bool exit_handled = [] {
+      OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+      std::atexit([] { process_exiting().store(true); });
+      return true;
+    }();
+    (void)exit_handled;
     const int generation = state().generation++;
     const auto lookup = [](const char *variable) -> const char * { return std::getenv(variable); };
     auto settings = read_engine_settings(lookup);
-    state().runtime =
-        std::make_unique<Runtime>(read_job_environment(lookup), std::move(settings), generation);
+    if (started_by_mpi(lookup)) {
+      MpiBootstrap joined = bootstrap_through_mpi(lookup);
+      state().runtime = std::make_unique<Runtime>(std::move(joined.job), joined.secret,
+                                                  std::move(settings), generation);
+    } else {
+      state().runtime = std::make_unique<Runtime>(read_job_environment(lookup), std::nullopt,
+                                                  std::move(settings), generation);
+    }
     return PERSEUS_SUCCESS;
   });
 }

@@ -1,6 +1,7 @@
 #include "lib/comm/engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +9,7 @@
 
 #include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/reduction.h"
+#include "lib/comm/shm/local_allreduce.h"
 
 namespace perseus::comm {
 
@@ -55,6 +57,13 @@ std::string operation_text(const std::string &name, OpKind kind) {
   return std::string(name_of(kind)) + " '" + name + "'";
 }
 
+// The timeline's name of an operation, in capitals as Horovod's timeline has them.
+std::string phase_of(OpKind kind) {
+  std::string name = name_of(kind);
+  for (char &c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
 // How many bytes a descriptor's elements take; the runtime checked that it fits size_t.
 size_t bytes_of(uint64_t count, DataType type) {
   return static_cast<size_t>(count) * element_size(type);
@@ -76,18 +85,21 @@ EngineSettings read_engine_settings(Lookup lookup) {
       parse_number(lookup, "PERSEUS_STALL_CHECK_SECONDS", s.stall_check.count(), 0, kWeek));
   s.stall_shutdown =
       std::chrono::seconds(parse_number(lookup, "PERSEUS_STALL_SHUTDOWN_SECONDS", 0, 0, kWeek));
+  s.shared_memory = parse_number(lookup, "PERSEUS_SHM", 1, 0, 1) == 1;
   const char *timeline = lookup("PERSEUS_TIMELINE");
   s.timeline = timeline ? timeline : "";
   return s;
 }
 
 Engine::Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
-               EngineSettings settings, LostPeers lost_peers, EngineStore store)
+               EngineSettings settings, LostPeers lost_peers, EngineStore store,
+               std::unique_ptr<shm::LocalAllreduce> local)
     : job_(job),
       settings_(std::move(settings)),
       backend_(std::move(backend)),
       lost_peers_(std::move(lost_peers)),
       store_(std::move(store)),
+      local_(std::move(local)),
       negotiator_(job.rank, job.size),
       timeline_(job.rank == 0 ? settings_.timeline : ""),
       last_stall_report_(Clock::now()),
@@ -230,6 +242,7 @@ void Engine::loop() {
                                          error.what());
   }
   device_.reset();  // on the thread that used it
+  local_.reset();
   timeline_.flush();
 }
 
@@ -350,7 +363,7 @@ void Engine::cycle() {
   local.reserve(fresh.size());
   for (const auto &request : fresh) {
     local.push_back(request->what);
-    timeline_.begin(request->what.name, std::string("NEGOTIATE_") + name_of(request->what.kind),
+    timeline_.begin(request->what.name, "NEGOTIATE_" + phase_of(request->what.kind),
                     request->submitted);
   }
 
@@ -499,6 +512,7 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
       size_t offset = 0;
       for (size_t k = 0; k < group.size(); ++k) {
         const size_t n = static_cast<size_t>(group[k]->per_rank[0].count) * unit;
+        if (n == 0) continue;  // an empty tensor may have NULL buffers
         if (requests[k]) {
           std::memcpy(fusion_.data() + offset, requests[k]->send, n);
         } else {
@@ -514,17 +528,18 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
     }
     scale_elements(buffer, total, d.type, d.prescale);
     const auto sent = Clock::now();
-    backend_->allreduce(buffer, buffer, total, d.type, d.op);
+    host_allreduce(buffer, total, d.type, d.op);
     scale_elements(buffer, total, d.type, d.postscale);
     const auto reduced = Clock::now();
     if (timeline_.enabled()) {
-      for (const Agreed *a : group) timeline_.span(a->name, "GLOO_ALLREDUCE", sent, reduced);
+      const char *phase = local_ ? "SHM_ALLREDUCE" : "GLOO_ALLREDUCE";
+      for (const Agreed *a : group) timeline_.span(a->name, phase, sent, reduced);
     }
     if (!direct) {
       size_t offset = 0;
       for (size_t k = 0; k < group.size(); ++k) {
         const size_t n = static_cast<size_t>(group[k]->per_rank[0].count) * unit;
-        if (requests[k]) std::memcpy(requests[k]->recv, fusion_.data() + offset, n);
+        if (requests[k] && n > 0) std::memcpy(requests[k]->recv, fusion_.data() + offset, n);
         offset += n;
       }
       if (timeline_.enabled()) {
@@ -541,6 +556,14 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
   }
 }
 
+void Engine::host_allreduce(void *buffer, size_t count, DataType type, ReduceOp op) {
+  if (local_) {
+    local_->allreduce(buffer, count, type, op);
+  } else {
+    backend_->allreduce(buffer, buffer, count, type, op);
+  }
+}
+
 void Engine::run_one(const Agreed &agreed) {
   const auto me = static_cast<size_t>(job_.rank);
   const Descriptor &d = agreed.per_rank[me];
@@ -552,7 +575,7 @@ void Engine::run_one(const Agreed &agreed) {
          operation_text(agreed.name, d.kind) + ": " + agreed.error);
     return;
   }
-  timeline_.begin(agreed.name, name_of(d.kind), started);
+  timeline_.begin(agreed.name, phase_of(d.kind), started);
   if (d.device >= 0) {
     run_device_one(agreed, request);
     timeline_.end(agreed.name, Clock::now());
@@ -628,7 +651,7 @@ void Engine::run_one(const Agreed &agreed) {
       if (fusion_.size() < total * unit) fusion_.resize(total * unit);
       std::memcpy(fusion_.data(), request->send, total * unit);
       scale_elements(fusion_.data(), total, d.type, d.prescale);
-      backend_->allreduce(fusion_.data(), fusion_.data(), total, d.type, d.op);
+      host_allreduce(fusion_.data(), total, d.type, d.op);
       const size_t mine = static_cast<size_t>(d.counts[me]);
       scale_elements(fusion_.data() + offset * unit, mine, d.type, d.postscale);
       if (mine) std::memcpy(request->recv, fusion_.data() + offset * unit, mine * unit);

@@ -49,6 +49,9 @@ struct EngineSettings {
   // that submitted it.
   std::chrono::seconds stall_shutdown{0};
   std::string timeline;  // PERSEUS_TIMELINE: a file name; rank 0 writes it
+  // PERSEUS_SHM (1; 0 turns it off): host all-reduces through shared memory when every rank is
+  // on one host.
+  bool shared_memory = true;
 };
 
 // Reads the PERSEUS_* tuning variables above; Error(kInvalidArgument) naming a bad value.
@@ -56,6 +59,9 @@ EngineSettings read_engine_settings(Lookup lookup);
 
 namespace nccl {
 class DeviceExecutor;
+}
+namespace shm {
+class LocalAllreduce;
 }
 
 // The job's store as the engine's thread uses it (the NCCL communicator's id).
@@ -72,7 +78,8 @@ class Engine {
   using LostPeers = std::function<std::string()>;
 
   Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
-         EngineSettings settings, LostPeers lost_peers, EngineStore store);
+         EngineSettings settings, LostPeers lost_peers, EngineStore store,
+         std::unique_ptr<shm::LocalAllreduce> local = nullptr);
   // Stops the thread without agreement (shutdown() is the orderly way).
   ~Engine();
   Engine(const Engine &) = delete;
@@ -106,6 +113,7 @@ class Engine {
   void run_device_allreduces(const std::vector<const Agreed *> &group,
                              const std::vector<std::shared_ptr<Request>> &requests);
   void run_device_one(const Agreed &agreed, const std::shared_ptr<Request> &request);
+  void host_allreduce(void *buffer, size_t count, DataType type, ReduceOp op);
 
   const JobEnvironment job_;
   const EngineSettings settings_;
@@ -113,6 +121,7 @@ class Engine {
   LostPeers lost_peers_;
   EngineStore store_;
   std::unique_ptr<nccl::DeviceExecutor> device_;
+  std::unique_ptr<shm::LocalAllreduce> local_;  // when every rank is on this host
   Negotiator negotiator_;
   Timeline timeline_;
 

@@ -14,9 +14,9 @@ std::string required(Lookup lookup, const char *name) {
   if (!value || !*value) {
     throw Error(Code::kRendezvous,
                 std::string(name) +
-                    " is not set: libperseus learns its place in the job from perseusrun. Start "
-                    "the program under perseusrun (perseusrun -np N program ...); starting "
-                    "alone or under mpirun is not supported yet");
+                    " is not set: libperseus learns its place in the job from its launcher. Start "
+                    "the program under perseusrun (perseusrun -np N program ...), or under Open "
+                    "MPI's mpirun or Slurm's srun; starting it alone is not supported");
   }
   return value;
 }
@@ -79,11 +79,15 @@ JobEnvironment read_job_environment(Lookup lookup) {
   const char *job_id = lookup("PERSEUS_JOB_ID");
   e.job_id = job_id ? job_id : "";
   check_places(e);
-  e.init_timeout = seconds_or(lookup, "PERSEUS_INIT_TIMEOUT", e.init_timeout);
-  e.collective_timeout = seconds_or(lookup, "PERSEUS_COLLECTIVE_TIMEOUT", e.collective_timeout);
-  const char *iface = lookup("PERSEUS_GLOO_IFACE");
-  e.gloo_iface = iface ? iface : "";
+  read_tuning(lookup, e);
   return e;
+}
+
+void read_tuning(Lookup lookup, JobEnvironment &job) {
+  job.init_timeout = seconds_or(lookup, "PERSEUS_INIT_TIMEOUT", job.init_timeout);
+  job.collective_timeout = seconds_or(lookup, "PERSEUS_COLLECTIVE_TIMEOUT", job.collective_timeout);
+  const char *iface = lookup("PERSEUS_GLOO_IFACE");
+  job.gloo_iface = iface ? iface : "";
 }
 
 }  // namespace perseus::comm

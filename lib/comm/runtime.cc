@@ -1,5 +1,7 @@
 #include "lib/comm/runtime.h"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/nccl/nccl_api.h"
 #include "lib/comm/rendezvous_store.h"
+#include "lib/comm/shm/local_allreduce.h"
 #include "lib/rendezvous/client.h"
 #include "lib/rendezvous/wire.h"
 
@@ -35,8 +38,9 @@ rendezvous::Secret read_secret(const JobEnvironment &job) {
   }
 }
 
-std::unique_ptr<rendezvous::Client> open_store(const JobEnvironment &job) {
-  const auto secret = read_secret(job);
+std::unique_ptr<rendezvous::Client> open_store(const JobEnvironment &job,
+                                               const std::optional<rendezvous::Secret> &given) {
+  const auto secret = given ? *given : read_secret(job);
   try {
     return std::make_unique<rendezvous::Client>(job.rendezvous_addr, job.rendezvous_port, secret,
                                                 job.init_timeout);
@@ -98,10 +102,11 @@ size_t total_of(const size_t *counts, int ranks, const char *argument, DataType 
 
 }  // namespace
 
-Runtime::Runtime(JobEnvironment job, EngineSettings settings, int generation)
+Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
+                 EngineSettings settings, int generation)
     : job_(std::move(job)) {
   ignore_sigpipe();
-  store_ = open_store(job_);
+  store_ = open_store(job_, secret);
   const std::string address = address_toward(job_.rendezvous_addr, job_.rendezvous_port);
   std::unique_ptr<transport::Backend> backend;
   {
@@ -123,9 +128,40 @@ Runtime::Runtime(JobEnvironment job, EngineSettings settings, int generation)
       throw Error(Code::kRendezvous, std::string("the job's store: ") + error.what());
     }
   };
+  auto local = open_local_allreduce(engine_store, settings);
   engine_ = std::make_unique<Engine>(
       job_, std::move(backend), std::move(settings), [this] { return lost_peers(); },
-      std::move(engine_store));
+      std::move(engine_store), std::move(local));
+}
+
+// When every rank is on this host, all-reduces go through shared memory (shm/): the ranks agree
+// on a segment name with an unpredictable part through the store, and on each other's pids (to
+// notice a peer's death while waiting for it).
+std::unique_ptr<shm::LocalAllreduce> Runtime::open_local_allreduce(const EngineStore &store,
+                                                                   const EngineSettings &settings) {
+  if (!settings.shared_memory || job_.local_size < 2 || job_.local_size != job_.size) {
+    return nullptr;
+  }
+  const std::string prefix = store.prefix + "shm/";
+  if (job_.local_rank == 0) {
+    const auto secret = rendezvous::random_secret();
+    std::string token;
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (size_t i = 0; i < 12; ++i) {
+      token += kHex[secret[i] >> 4];
+      token += kHex[secret[i] & 15];
+    }
+    store.set(prefix + "name", "/perseus-" + token);
+  }
+  store.set(prefix + "pid/" + std::to_string(job_.local_rank), std::to_string(getpid()));
+  const std::string name = store.get(prefix + "name", job_.init_timeout);
+  std::vector<pid_t> pids(static_cast<size_t>(job_.local_size), 0);
+  for (int r = 0; r < job_.local_size; ++r) {
+    const std::string pid = store.get(prefix + "pid/" + std::to_string(r), job_.init_timeout);
+    pids[static_cast<size_t>(r)] = static_cast<pid_t>(std::stol(pid));
+  }
+  return std::make_unique<shm::LocalAllreduce>(name, job_.local_rank, job_.local_size, pids,
+                                               job_.collective_timeout);
 }
 
 Runtime::~Runtime() = default;
@@ -133,14 +169,19 @@ Runtime::~Runtime() = default;
 // perseusrun publishes "perseus/exit/<rank>" in the store when a rank's process ends (how, and
 // where). After a lost connection, the peer that ended is usually already there; a survivor
 // may notice a moment before the launcher does, so this waits a little.
+std::atomic<bool> &process_exiting() {
+  static std::atomic<bool> exiting{false};
+  return exiting;
+}
+
 std::string Runtime::lost_peers() {
-  if (!store_) return "";
+  if (!store_ || process_exiting()) return "";
   constexpr auto kPatience = std::chrono::seconds(2);
   const auto deadline = std::chrono::steady_clock::now() + kPatience;
   try {
     for (;;) {
       std::string found;
-      for (int r = 0; r < job_.size; ++r) {
+      for (int r = 0; r < job_.size && !process_exiting(); ++r) {
         if (r == job_.rank) continue;
         const std::string key = "perseus/exit/" + std::to_string(r);
         if (store_->check(key)) {
@@ -205,13 +246,6 @@ std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
     (void)unit;
     // Ordered after the work the caller has queued on its stream so far.
     request->ready_event = nccl::record_ready_event(d.device, request->stream);
-  }
-  if (request->what.device < 0 && nccl::cuda_in_use()) {
-    const auto &cuda = nccl::cuda_api();
-    if (request->send) nccl::check_host_pointer(cuda, request->send, "send buffer");
-    if (request->recv && request->recv != request->send) {
-      nccl::check_host_pointer(cuda, request->recv, "recv buffer");
-    }
   }
   engine_->submit(request);
   return request;

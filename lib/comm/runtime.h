@@ -6,11 +6,14 @@
 // The runtime checks each call's arguments (Error(kInvalidArgument) naming the argument and its
 // value, before anything is submitted) and turns it into a Request for the engine.
 
+#include <atomic>
 #include <memory>
+#include <optional>
 
 #include "lib/comm/engine.h"
 #include "lib/comm/job_environment.h"
 #include "lib/comm/operation.h"
+#include "lib/rendezvous/wire.h"
 
 namespace perseus::rendezvous {
 class Client;
@@ -18,12 +21,19 @@ class Client;
 
 namespace perseus::comm {
 
+// Set when the process has begun to exit (an atexit handler perseus_init registers): the
+// background thread then no longer touches the store.
+std::atomic<bool> &process_exiting();
+
 class Runtime {
  public:
   // Joins the job: reads the secret, reaches the rendezvous store, connects the backend and
   // starts the engine. `generation` counts this process's perseus_init calls; it keeps the keys
   // of a second init apart from the first's. Throws Error.
-  Runtime(JobEnvironment job, EngineSettings settings, int generation);
+  // `secret`: the job's secret when MPI brought it (mpi_bootstrap.h); nullopt: read from
+  // job.secret_file, which perseusrun wrote.
+  Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret, EngineSettings settings,
+          int generation);
   ~Runtime();
 
   const JobEnvironment &job() const { return job_; }
@@ -53,6 +63,8 @@ class Runtime {
   std::shared_ptr<Request> make(OpKind kind, const char *name, int dtype, int device, void *stream);
   std::shared_ptr<Request> submit(std::shared_ptr<Request> request);
   std::string lost_peers();
+  std::unique_ptr<shm::LocalAllreduce> open_local_allreduce(const EngineStore &store,
+                                                            const EngineSettings &settings);
 
   JobEnvironment job_;
   std::unique_ptr<rendezvous::Client> store_;  // kept to learn which peer ended, after a failure

@@ -123,5 +123,8 @@ def test_rank_killed_mid_collective_ends_the_job(survivors):
     for m in LOST_PEER.finditer(proc.stderr):
         assert m.group(1) != "0", show(proc)
         assert m.group(2) == "-4" and "lost the connection to a peer" in m.group(3), show(proc)
+        # ... naming the peer that ended and how, as the launcher saw it.
+        assert re.search(r"rank 0 \(host \S+, pid \d+\) was killed by signal 9 \(SIGKILL\)",
+                         m.group(3)), show(proc)
     if survivors == "ignore-sigterm":
         assert LOST_PEER.search(proc.stderr), "no survivor reported the lost peer\n" + show(proc)

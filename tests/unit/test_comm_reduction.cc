@@ -494,5 +494,109 @@ TEST_CASE("types: out-of-range dtype and op are invalid arguments naming the val
   }
 }
 
+// ---- scale_elements (prescale and postscale) -----------------------------------------------
+
+template <typename T>
+std::vector<T> scaled(std::vector<T> values, DataType type, double factor) {
+  scale_elements(values.data(), values.size(), type, factor);
+  return values;
+}
+
+TEST_CASE("scale_elements: integers in float64, rounded toward zero") {
+  CHECK(scaled<int32_t>({7, -7, 1, -1, 0, 100}, DataType::kInt32, 0.5) ==
+        std::vector<int32_t>{3, -3, 0, 0, 0, 50});
+  CHECK(scaled<int32_t>({3, -3}, DataType::kInt32, 2.9) == std::vector<int32_t>{8, -8});
+  CHECK(scaled<int8_t>({10, -10}, DataType::kInt8, -1.5) == std::vector<int8_t>{-15, 15});
+  CHECK(scaled<uint8_t>({10, 255}, DataType::kUint8, 0.1) == std::vector<uint8_t>{1, 25});
+  // Beyond 2^53 float64 is not exact, but the result stays in range and near.
+  const int64_t big = int64_t{1} << 60;
+  CHECK(scaled<int64_t>({big, -big}, DataType::kInt64, 0.25) ==
+        std::vector<int64_t>{big / 4, -big / 4});
+}
+
+TEST_CASE("scale_elements: integers saturate at the type's limits") {
+  CHECK(scaled<int8_t>({100, -100, 64, -65}, DataType::kInt8, 2.0) ==
+        std::vector<int8_t>{127, -128, 127, -128});
+  CHECK(scaled<uint8_t>({200, 1, 0}, DataType::kUint8, 2.0) == std::vector<uint8_t>{255, 2, 0});
+  CHECK(scaled<uint8_t>({200, 1}, DataType::kUint8, -1.0) == std::vector<uint8_t>{0, 0});
+  CHECK(scaled<int32_t>({INT32_MAX, INT32_MIN, 2}, DataType::kInt32, 1e10) ==
+        std::vector<int32_t>{INT32_MAX, INT32_MIN, INT32_MAX});
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  // 2^63 - 1 is not a double: the upper limit rounds to 2^63, itself out of range.
+  CHECK(scaled<int64_t>({kMax, kMin, 1, -1}, DataType::kInt64, 2.0) ==
+        std::vector<int64_t>{kMax, kMin, 2, -2});
+  CHECK(scaled<int64_t>({kMax, kMin}, DataType::kInt64, 1.0000001) ==
+        std::vector<int64_t>{kMax, kMin});
+  CHECK(scaled<int64_t>({5, -5}, DataType::kInt64, kInf) == std::vector<int64_t>{kMax, kMin});
+  CHECK(scaled<int32_t>({5, -5}, DataType::kInt32, -kInf) ==
+        std::vector<int32_t>{INT32_MIN, INT32_MAX});
+}
+
+TEST_CASE("scale_elements: NaN becomes 0 in integers") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(scaled<int32_t>({0, 0}, DataType::kInt32, kInf) == std::vector<int32_t>{0, 0});  // 0 * inf
+  for (const DataType type : kIntegerTypes) {
+    INFO(name_of(type));
+    const Bytes before = encode(type, {0, 1, 7, 100});
+    Bytes bytes = before;
+    scale_elements(bytes.data(), 4, type, nan);
+    check_values(decode(type, bytes), {0, 0, 0, 0});
+  }
+}
+
+TEST_CASE("scale_elements: factor 1 leaves every element untouched, n limits the work") {
+  for (const DataType type : kAllTypes) {
+    INFO(name_of(type));
+    Bytes bytes(32);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 37 + 1);
+    const Bytes before = bytes;
+    scale_elements(bytes.data(), bytes.size() / element_size(type), type, 1.0);
+    CHECK(bytes == before);                 // NaN patterns and all
+    scale_elements(nullptr, 0, type, 3.0);  // nothing to do
+    Bytes values = encode(type, {1, 2, 3, 4});
+    scale_elements(values.data(), 2, type, 2.0);
+    check_values(decode(type, values), {2, 4, 3, 4});
+  }
+}
+
+TEST_CASE("scale_elements: floats; 16-bit floats in float32, rounded to nearest even") {
+  for (const DataType type : kFloatTypes) {
+    INFO(name_of(type));
+    Bytes bytes = encode(type, {1, -2, 0.5, 0, 96});
+    scale_elements(bytes.data(), 5, type, -0.25);
+    check_values(decode(type, bytes), {-0.25, 0.5, -0.125, 0, -24});
+  }
+  // float16: 11 significant bits. 1 * (1 + 2^-11) is halfway between 1 and 1 + 2^-10: ties to
+  // even, 1. 1 * (1 + 3 * 2^-12) is above halfway: 1 + 2^-10.
+  auto half = [](double value, double factor) {
+    Float16 x = to_float16(static_cast<float>(value));
+    scale_elements(&x, 1, DataType::kFloat16, factor);
+    return x.bits;
+  };
+  CHECK(half(1.0, 1.0 + std::ldexp(1.0, -11)) == 0x3c00);
+  CHECK(half(1.0, 1.0 + 3 * std::ldexp(1.0, -12)) == 0x3c01);
+  CHECK(half(1.0 + std::ldexp(1.0, -10), 1.0 + std::ldexp(1.0, -11)) == 0x3c02);  // tie -> even
+  CHECK(half(60000.0, 2.0) == 0x7c00);                                            // overflow: inf
+  CHECK(half(1.0, std::ldexp(1.0, -24)) == 0x0001);  // smallest subnormal
+  // The product is formed in float32, not float16: 3 * (1/3) rounds once.
+  CHECK(half(3.0, 1.0 / 3.0) == 0x3c00);
+  // bfloat16: 8 significant bits; 1 * (1 + 2^-8) ties to even (1), 1 + 3 * 2^-9 rounds up.
+  auto bf = [](double value, double factor) {
+    Bfloat16 x = to_bfloat16(static_cast<float>(value));
+    scale_elements(&x, 1, DataType::kBfloat16, factor);
+    return x.bits;
+  };
+  CHECK(bf(1.0, 1.0 + std::ldexp(1.0, -8)) == 0x3f80);
+  CHECK(bf(1.0, 1.0 + 3 * std::ldexp(1.0, -9)) == 0x3f81);
+  // NaN stays NaN in floats.
+  float f = std::numeric_limits<float>::quiet_NaN();
+  scale_elements(&f, 1, DataType::kFloat32, 2.0);
+  CHECK(std::isnan(f));
+  Float16 h = to_float16(std::numeric_limits<float>::quiet_NaN());
+  scale_elements(&h, 1, DataType::kFloat16, 0.5);
+  CHECK(std::isnan(to_float(h)));
+}
+
 }  // namespace
 }  // namespace perseus::comm

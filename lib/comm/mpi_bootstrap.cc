@@ -1,0 +1,298 @@
+#include "lib/comm/mpi_bootstrap.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/comm/error.h"
+#include "lib/comm/host_places.h"
+#include "lib/comm/mpi_library.h"
+
+namespace perseus::comm {
+
+namespace {
+
+// What every rank tells the others (MPI_Allgather, as bytes): its host name, for the places, and
+// its machine (kernel boot id and network namespace), for whether loopback reaches rank 0.
+struct HostRecord {
+  char host[256];
+  char machine[128];
+};
+
+// What rank 0 tells the others (MPI_Bcast, as bytes): its store, or why it has none.
+struct StoreRecord {
+  char address[64];
+  int32_t port;
+  uint8_t secret[rendezvous::kSecretSize];
+  char error[1024];
+};
+
+// The process's one exchange (see bootstrap_through_mpi). Never destroyed: rank 0's store must
+// outlive every rank's last perseus_init, and a server thread joined from a static destructor
+// could wait on ranks that are gone.
+struct Cache {
+  std::mutex mutex;
+  std::optional<MpiBootstrap> joined;
+};
+
+Cache &cache() {
+  static auto *instance = new Cache;
+  return *instance;
+}
+
+std::string value_of(Lookup lookup, const char *name) {
+  const char *value = lookup(name);
+  return value ? value : "";
+}
+
+std::string named(const char *name, const std::string &value) {
+  return std::string(name) + "=" + value;
+}
+
+// How an MPI launcher announced itself ("mpirun (OMPI_COMM_WORLD_SIZE=2)"), or "" when none did.
+std::string launcher_of(Lookup lookup) {
+  if (const auto size = value_of(lookup, "OMPI_COMM_WORLD_SIZE"); !size.empty()) {
+    return "Open MPI's mpirun (" + named("OMPI_COMM_WORLD_SIZE", size) + ")";
+  }
+  if (const auto rank = value_of(lookup, "PMIX_RANK"); !rank.empty()) {
+    return "a PMIx launcher (" + named("PMIX_RANK", rank) + ")";
+  }
+  const auto proc = value_of(lookup, "SLURM_PROCID");
+  const auto tasks = value_of(lookup, "SLURM_NTASKS");
+  if (!proc.empty() && !tasks.empty()) {
+    return "Slurm's srun (" + named("SLURM_PROCID", proc) + ", " + named("SLURM_NTASKS", tasks) +
+           ")";
+  }
+  return "";
+}
+
+// The number of ranks the launcher announced and the variable that says so ("SLURM_NTASKS=4"),
+// or 0 when none does.
+int announced_size(Lookup lookup, std::string &variable) {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}) {
+    const std::string text = value_of(lookup, name);
+    int size = 0;
+    const auto [at, ec] = std::from_chars(text.data(), text.data() + text.size(), size);
+    if (!text.empty() && ec == std::errc() && at == text.data() + text.size()) {
+      variable = named(name, text);
+      return size;
+    }
+  }
+  return 0;
+}
+
+std::vector<std::string> library_names(Lookup lookup) {
+  const std::string chosen = value_of(lookup, "PERSEUS_MPI_LIBRARY");
+  if (!chosen.empty()) return {chosen};
+  return {"libmpi.so.40", "libmpi.so"};
+}
+
+// Copies text into a fixed field, always terminated (longer text is cut).
+template <size_t N>
+void put(char (&field)[N], const std::string &text) {
+  const size_t length = std::min(text.size(), N - 1);
+  std::memcpy(field, text.data(), length);
+  field[length] = '\0';
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) {
+    throw Error(Code::kRendezvous, std::string("gethostname failed: ") + strerror(errno));
+  }
+  return name;
+}
+
+// This kernel and network namespace: ranks that share both reach each other on loopback.
+std::string machine_identity() {
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  char network[64] = {};
+  const ssize_t length = readlink("/proc/self/ns/net", network, sizeof network - 1);
+  return boot_id + " " + (length > 0 ? std::string(network, static_cast<size_t>(length)) : "");
+}
+
+std::vector<HostRecord> gather_hosts(const MpiLibrary &mpi, int size) {
+  HostRecord mine{};
+  put(mine.host, host_name());
+  put(mine.machine, machine_identity());
+  std::vector<HostRecord> all(static_cast<size_t>(size));
+  mpi.allgather(&mine, all.data(), static_cast<int>(sizeof mine));
+  return all;
+}
+
+bool one_machine(const std::vector<HostRecord> &hosts) {
+  return std::all_of(hosts.begin(), hosts.end(), [&](const HostRecord &h) {
+    return std::strcmp(h.machine, hosts[0].machine) == 0 && *h.machine;
+  });
+}
+
+std::string text_of(const in_addr &address) {
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &address, text, sizeof text);
+  return text;
+}
+
+bool is_loopback(const in_addr &address) { return (ntohl(address.s_addr) >> 24) == 127; }
+
+// The IPv4 address this host's name resolves to, unless that is loopback (Debian maps the host
+// name to 127.0.1.1), else the first non-loopback interface that is up; "" when neither.
+std::string cluster_address(const std::string &host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo *found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) == 0) {
+    std::string address;
+    for (const addrinfo *a = found; a && address.empty(); a = a->ai_next) {
+      const in_addr ip = reinterpret_cast<const sockaddr_in *>(a->ai_addr)->sin_addr;
+      if (!is_loopback(ip)) address = text_of(ip);
+    }
+    freeaddrinfo(found);
+    if (!address.empty()) return address;
+  }
+  ifaddrs *interfaces = nullptr;
+  if (getifaddrs(&interfaces) != 0) return "";
+  std::string address;
+  for (const ifaddrs *i = interfaces; i && address.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+        (i->ifa_flags & IFF_LOOPBACK)) {
+      continue;
+    }
+    address = text_of(reinterpret_cast<const sockaddr_in *>(i->ifa_addr)->sin_addr);
+  }
+  freeifaddrs(interfaces);
+  return address;
+}
+
+// Where rank 0's store listens: an address every rank reaches.
+std::string store_address(Lookup lookup, const std::vector<HostRecord> &hosts) {
+  const std::string chosen = value_of(lookup, "PERSEUS_MPI_BOOTSTRAP_ADDR");
+  if (!chosen.empty()) return chosen;
+  if (one_machine(hosts)) return "127.0.0.1";
+  const std::string address = cluster_address(hosts[0].host);
+  if (address.empty()) {
+    throw Error(Code::kRendezvous,
+                "rank 0 (host " + std::string(hosts[0].host) +
+                    ") found no non-loopback IPv4 address for the job's rendezvous store, which "
+                    "ranks on other hosts must reach: set PERSEUS_MPI_BOOTSTRAP_ADDR to an "
+                    "address of rank 0's host (mpirun -x PERSEUS_MPI_BOOTSTRAP_ADDR=...)");
+  }
+  return address;
+}
+
+// Rank 0: starts the store; a failure travels in the record, so that no rank waits in vain.
+StoreRecord start_store(Lookup lookup, const std::vector<HostRecord> &hosts,
+                        std::shared_ptr<rendezvous::Server> &server) {
+  StoreRecord record{};
+  std::string address;
+  try {
+    address = store_address(lookup, hosts);
+    const rendezvous::Secret secret = rendezvous::random_secret();
+    server = std::make_shared<rendezvous::Server>(secret, address);
+    put(record.address, server->address());
+    record.port = server->port();
+    std::copy(secret.begin(), secret.end(), record.secret);
+  } catch (const Error &error) {
+    put(record.error, error.what());
+  } catch (const rendezvous::WireError &error) {
+    put(record.error, "rank 0 (host " + std::string(hosts[0].host) +
+                          ") could not start the job's rendezvous store on " + address + ": " +
+                          error.what() +
+                          " (PERSEUS_MPI_BOOTSTRAP_ADDR names an address of rank 0's host)");
+  }
+  return record;
+}
+
+// A launcher's variables without the launcher (copied by hand, or srun without Open MPI's PMI
+// support) make Open MPI start alone, as a job of one.
+void check_size(int size, Lookup lookup, const std::string &launcher) {
+  std::string variable;
+  const int announced = announced_size(lookup, variable);
+  if (announced != 0 && announced != size) {
+    throw Error(Code::kRendezvous,
+                "started under " + launcher + ", but MPI_COMM_WORLD has " + std::to_string(size) +
+                    " rank(s), not the " + std::to_string(announced) + " that " + variable +
+                    " announces: Open MPI did not join the launcher's job. Under srun, use srun "
+                    "--mpi=pmix; outside any launcher, unset the OMPI_*/SLURM_* variables; or "
+                    "start the program under perseusrun");
+  }
+}
+
+JobEnvironment place_of(int rank, const std::vector<HostRecord> &hosts, const StoreRecord &store,
+                        Lookup lookup) {
+  std::vector<std::string> names;
+  for (const HostRecord &h : hosts) names.emplace_back(h.host);
+  const HostPlace place = place_among_hosts(names, rank);
+  JobEnvironment job;
+  job.rank = rank;
+  job.size = static_cast<int>(hosts.size());
+  job.local_rank = place.local_rank;
+  job.local_size = place.local_size;
+  job.cross_rank = place.cross_rank;
+  job.cross_size = place.cross_size;
+  job.rendezvous_addr = store.address;
+  job.rendezvous_port = store.port;
+  for (const char *name : {"PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID"}) {
+    if (job.job_id.empty()) job.job_id = value_of(lookup, name);
+  }
+  return job;
+}
+
+// The one exchange over MPI (see the header for why MPI is finalised at its end).
+MpiBootstrap exchange(Lookup lookup) {
+  const std::string launcher = launcher_of(lookup);
+  const MpiLibrary mpi = MpiLibrary::open(library_names(lookup), "started under " + launcher);
+  if (mpi.finalized()) {
+    throw Error(Code::kRendezvous, "started under " + launcher +
+                                       ", but this process has already called MPI_Finalize (" +
+                                       mpi.path() +
+                                       "): libperseus meets the other ranks through MPI, so call "
+                                       "perseus_init before MPI_Finalize");
+  }
+  const bool ours = !mpi.initialized();
+  if (ours) mpi.init_thread();
+  const int rank = mpi.rank();
+  const int size = mpi.size();
+  check_size(size, lookup, launcher);
+  const std::vector<HostRecord> hosts = gather_hosts(mpi, size);
+  MpiBootstrap joined;
+  StoreRecord store = rank == 0 ? start_store(lookup, hosts, joined.server) : StoreRecord{};
+  mpi.broadcast(&store, static_cast<int>(sizeof store), 0);
+  // Every rank gets here (no rank throws between its collectives), so the finalise cannot wait
+  // on a rank that left: MPI_Finalize is collective in Open MPI (a fence).
+  if (ours) mpi.finalize();
+  if (*store.error) throw Error(Code::kRendezvous, store.error);
+  std::copy(std::begin(store.secret), std::end(store.secret), joined.secret.begin());
+  explicit_bzero(store.secret, sizeof store.secret);
+  joined.job = place_of(rank, hosts, store, lookup);
+  return joined;
+}
+
+}  // namespace
+
+bool started_by_mpi(Lookup lookup) {
+  return value_of(lookup, "PERSEUS_RENDEZVOUS_ADDR").empty() && !launcher_of(lookup).empty();
+}
+
+MpiBootstrap bootstrap_through_mpi(Lookup lookup) {
+  Cache &c = cache();
+  std::lock_guard lock(c.mutex);
+  if (!c.joined) c.joined = exchange(lookup);
+  MpiBootstrap result = *c.joined;
+  read_tuning(lookup, result.job);
+  return result;
+}
+
+}  // namespace perseus::comm
