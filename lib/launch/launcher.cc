@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 
@@ -38,6 +39,39 @@ constexpr int kHelloTimeoutMs = 30000;
 constexpr int kShutdownSlackMs = 10000;
 // Stdin bytes sent to rank 0 but not yet written by it; past this, perseusrun stops reading.
 constexpr size_t kStdinWindow = 1u << 20;
+
+// Where this perseusrun's libperseus and `perseus` package are, so that `import perseus` works
+// in ranks without help: a build tree (build/apps/perseusrun/perseusrun beside
+// build/lib/comm/libperseus.so, the package in the source tree) or an installation
+// (<prefix>/bin beside <prefix>/lib). The user's PERSEUS_LIBRARY wins; the package directory goes
+// in front of the user's PYTHONPATH.
+void find_shims(JobFacts &facts) {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return;
+  const std::filesystem::path dir = self.parent_path();
+  const char *library = getenv("PERSEUS_LIBRARY");
+  if (library && *library) {
+    facts.library = library;
+  } else {
+    for (const auto &candidate :
+         {dir / "../../lib/comm/libperseus.so", dir / "../lib/libperseus.so"}) {
+      if (std::filesystem::exists(candidate, error)) {
+        facts.library = std::filesystem::weakly_canonical(candidate, error).string();
+        break;
+      }
+    }
+  }
+  for (const auto &candidate : {std::filesystem::path(PERSEUS_SOURCE_DIR) / "lib/framework_shims",
+                                dir / "../lib/perseus/python"}) {
+    if (std::filesystem::exists(candidate / "perseus/__init__.py", error)) {
+      const char *user = getenv("PYTHONPATH");
+      facts.python_path = std::filesystem::weakly_canonical(candidate, error).string() +
+                          (user && *user ? std::string(":") + user : "");
+      break;
+    }
+  }
+}
 
 std::string job_id() {
   std::random_device device;
@@ -193,6 +227,7 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
   // preflight: plan once to find rank 0's host, then again with the facts.
   JobFacts facts;
   facts.job_id = job_id();
+  find_shims(facts);
   facts.secret.assign(reinterpret_cast<const char *>(secret_.data()), secret_.size());
   plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported);
   const Host &rank0_host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];

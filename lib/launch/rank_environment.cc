@@ -12,7 +12,7 @@ EnvironmentChanges rank_environment(const Placement &placement, int rank, const 
   const std::string node_rank = std::to_string(p.node_rank);
   const std::string cross_rank = std::to_string(p.cross_rank);
   const std::string cross_size = std::to_string(p.cross_size);
-  return {
+  EnvironmentChanges changes = {
       // Open MPI. NODE_RANK is Open MPI's "rank among the processes on this node".
       {"OMPI_COMM_WORLD_RANK", r},
       {"OMPI_COMM_WORLD_SIZE", size},
@@ -51,6 +51,9 @@ EnvironmentChanges rank_environment(const Placement &placement, int rank, const 
       {"PERSEUS_RENDEZVOUS_ADDR", job.rendezvous_addr},
       {"PERSEUS_RENDEZVOUS_PORT", std::to_string(job.rendezvous_port)},
   };
+  if (!job.library.empty()) changes.emplace_back("PERSEUS_LIBRARY", job.library);
+  if (!job.python_path.empty()) changes.emplace_back("PYTHONPATH", job.python_path);
+  return changes;
 }
 
 }  // namespace perseus::launch

@@ -16,6 +16,10 @@ struct JobFacts {
   std::string rendezvous_addr;  // the launcher's key-value store (lib/rendezvous)
   int rendezvous_port = 0;
   std::string secret;  // bytes; to the agents only, never into an environment
+  // Where ranks find libperseus and the `perseus` Python package (PERSEUS_LIBRARY, PYTHONPATH);
+  // empty: left as the rank's environment has them.
+  std::string library;
+  std::string python_path;
 };
 
 EnvironmentChanges rank_environment(const Placement &placement, int rank, const JobFacts &job);

@@ -179,3 +179,21 @@ def test_argv_of_executable_found_directly(launcher):
     got = eval(launcher.read("argv0.0"))
     assert got[1:] == [b"a b", b"", b"$x"], got
     assert os.path.basename(got[0]) == os.path.basename(prog).encode(), got
+
+
+def test_ranks_find_libperseus_and_the_perseus_package(launcher):
+    """perseusrun tells ranks where its libperseus and the `perseus` package are, so that
+    `import perseus` needs no set-up; the user's PERSEUS_LIBRARY wins, PYTHONPATH is kept."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    shims = os.path.join(root, "lib", "framework_shims")
+    env = launcher.env(PYTHONPATH="/opt/user/path")
+    env.pop("PERSEUS_LIBRARY", None)
+    _, by_rank = run_env_job(launcher, ["-np", "2", "-H", "localhost:2"], 2, env=env)
+    for rank, e in by_rank.items():
+        assert e["PYTHONPATH"] == shims + ":/opt/user/path", e["PYTHONPATH"]
+        assert e["PERSEUS_LIBRARY"].endswith("/lib/comm/libperseus.so"), e["PERSEUS_LIBRARY"]
+        assert os.path.exists(e["PERSEUS_LIBRARY"])
+    env = launcher.env(PERSEUS_LIBRARY="/opt/mine/libperseus.so")
+    res = launcher.run(["-np", "1", "-H", "localhost:1", "sh", "-c", "echo $PERSEUS_LIBRARY"],
+                       env=env)
+    assert res.rc == 0 and res.stdout == b"[1,0]<stdout>:/opt/mine/libperseus.so\n", str(res)
