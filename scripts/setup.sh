@@ -34,6 +34,8 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
 fi
 
+scripts/setup_mxnet.sh  # .venv-mxnet: MXNet 1.9.1 (needs numpy < 1.24) for perseus.mxnet
+
 [ "${1:-}" = "--no-build" ] && exit 0
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build

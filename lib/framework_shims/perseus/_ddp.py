@@ -1,0 +1,210 @@
+"""`import perseus` for plain DistributedDataParallel: DDP's gradient buckets are averaged by
+libperseus (a communication hook) instead of torch.distributed's process group.
+
+Nothing here imports torch until torch.nn.parallel.distributed is imported: install() puts a
+finder on sys.meta_path that patches DistributedDataParallel right after its module runs (or
+patches at once when torch is already loaded). The patch is on the class's methods, so every
+path to the class (torch.nn.parallel.DistributedDataParallel, the module's name, ...) sees it:
+
+- __init__ marks the instance; its first forward() attaches the hook, so that a hook the
+  script registers itself (register_comm_hook, before training as DDP requires) wins and
+  Perseus stays out of that model;
+- attaching initialises libperseus once (perseus_init); when that fails (torchrun without
+  perseusrun, no library) a one-line warning says so and DDP stays as it was; likewise when the
+  model's process group is not the whole job, or the model is on CUDA and libperseus has no NCCL.
+"""
+import importlib.abc
+import queue
+import sys
+import threading
+
+from perseus import _native
+
+_TARGET = "torch.nn.parallel.distributed"
+STATS = {"models": 0, "buckets": 0, "skipped": ""}
+_lock = threading.Lock()
+_init_state = {"tried": False, "ok": False}
+_model_ids = iter(range(1 << 62))
+
+
+def _warn(message):
+    print("perseus: " + message, file=sys.stderr, flush=True)
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _patch(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _TARGET:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None:
+            spec.loader = _PatchingLoader(spec.loader)
+        return spec
+
+
+_finder = _Finder()
+
+
+def install():
+    module = sys.modules.get(_TARGET)
+    if module is not None:
+        _patch(module)
+    elif _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def _patch(module):
+    if _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
+    cls = module.DistributedDataParallel
+    if getattr(cls, "_perseus_patched", False):
+        return
+    original_init = cls.__init__
+    original_forward = cls.forward
+    original_register = cls.register_comm_hook
+    original_builtin = getattr(cls, "_register_builtin_comm_hook", None)
+
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self._perseus_pending = True
+
+    def forward(self, *args, **kwargs):
+        if self.__dict__.get("_perseus_pending"):
+            self._perseus_pending = False
+            _attach(self, original_register)
+        return original_forward(self, *args, **kwargs)
+
+    def register_comm_hook(self, state, hook):
+        self._perseus_pending = False
+        return original_register(self, state, hook)
+
+    cls.__init__ = __init__
+    cls.forward = forward
+    cls.register_comm_hook = register_comm_hook
+    if original_builtin is not None:
+        def _register_builtin_comm_hook(self, comm_hook_type):
+            self._perseus_pending = False
+            return original_builtin(self, comm_hook_type)
+        cls._register_builtin_comm_hook = _register_builtin_comm_hook
+    cls._perseus_patched = True
+
+
+def _initialised():
+    with _lock:
+        if not _init_state["tried"]:
+            _init_state["tried"] = True
+            try:
+                if not _native.is_initialized():
+                    _native.init()
+                _init_state["ok"] = True
+            except _native.PerseusError as e:
+                reason = str(e).splitlines()[0] if str(e) else repr(e)
+                STATS["skipped"] = reason
+                _warn("DDP keeps torch.distributed's all-reduce: libperseus could not "
+                      "initialise (%s)" % reason)
+        return _init_state["ok"]
+
+
+def _attach(ddp, register):
+    if not _initialised():
+        return
+    import torch
+    group_size = ddp.process_group.size()
+    if group_size != _native.size():
+        _warn("a DDP model on a process group of %d ranks keeps torch.distributed's all-reduce "
+              "(Perseus's job has %d)" % (group_size, _native.size()))
+        return
+    params = [p for p in ddp.module.parameters() if p.requires_grad]
+    if any(p.is_cuda for p in params) and not _native.nccl_built():
+        _warn("a DDP model on CUDA keeps torch.distributed's all-reduce: this libperseus has no "
+              "NCCL (perseus_nccl_built() = 0)")
+        return
+    if any(p.device.type not in ("cpu", "cuda") for p in params):
+        _warn("a DDP model on %s keeps torch.distributed's all-reduce"
+              % sorted({p.device.type for p in params}))
+        return
+    state = _HookState(next(_model_ids))
+    register(ddp, state, _allreduce_hook)
+    with _lock:
+        STATS["models"] += 1
+
+
+class _HookState:
+    def __init__(self, model_id):
+        self.model_id = model_id
+
+
+class _Completer:
+    """One thread that waits for the submitted requests in order and completes their futures."""
+
+    def __init__(self):
+        self._queue = queue.Queue()
+        self._thread = None
+
+    def add(self, request, future, tensor, stream):
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="perseus-ddp", daemon=True)
+            self._thread.start()
+        self._queue.put((request, future, tensor, stream))
+
+    def _run(self):
+        import torch
+        while True:
+            request, future, tensor, stream = self._queue.get()
+            try:
+                if stream is not None:
+                    with torch.cuda.stream(stream):
+                        request.wait()
+                        future.set_result(tensor)
+                else:
+                    request.wait()
+                    future.set_result(tensor)
+            except Exception as e:  # noqa: BLE001 - handed to DDP through the future
+                future.set_exception(e)
+            finally:
+                request.release()
+
+
+_completer = _Completer()
+
+
+def _allreduce_hook(state, bucket):
+    import torch
+    from perseus.torch import _tensors
+    tensor = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+    index = bucket.index() if hasattr(bucket, "index") else 0
+    name = "perseus.ddp.%d.bucket.%d.%d" % (state.model_id, index, tensor.numel())
+    ptr, count, dtype, device, stream = _tensors.describe(tensor, "DDP gradient bucket " + name)
+    request = _native.allreduce_async(ptr, ptr, count, dtype, _native.AVERAGE, 1.0, 1.0, name,
+                                      device, stream, what="allreduce of DDP bucket " + name,
+                                      keep=(tensor,))
+    with _lock:
+        STATS["buckets"] += 1
+    if tensor.is_cuda:
+        future = torch.futures.Future(devices=[tensor.device])
+        _completer.add(request, future, tensor, torch.cuda.current_stream(tensor.device))
+    else:
+        future = torch.futures.Future()
+        _completer.add(request, future, tensor, None)
+    return future

@@ -1,0 +1,404 @@
+"""The one ctypes binding of libperseus (include/perseus/perseus.h), shared by every shim.
+
+Framework-neutral: it takes raw addresses, element counts and dtype codes, and knows nothing of
+torch or mxnet. The library is loaded at first use, not at import, so that `import perseus`
+works (and only warns where it matters) on a machine without it.
+
+Where the library comes from, first found wins:
+1. PERSEUS_LIBRARY, the path of the .so;
+2. perseus/lib/libperseus.so next to this package (an installed copy);
+3. <repo>/build/lib/comm/libperseus.so, the build tree this package sits in;
+4. ctypes.util.find_library("perseus") (the system's library path).
+"""
+import atexit
+import ctypes
+import ctypes.util
+import os
+import threading
+
+# perseus_result_t
+SUCCESS = 0
+ERROR_INVALID_ARGUMENT = -1
+ERROR_NOT_INITIALIZED = -2
+ERROR_RENDEZVOUS = -3
+ERROR_COMMUNICATION = -4
+ERROR_TIMEOUT = -5
+ERROR_INTERNAL = -6
+
+ERROR_NAMES = {
+    ERROR_INVALID_ARGUMENT: "PERSEUS_ERROR_INVALID_ARGUMENT",
+    ERROR_NOT_INITIALIZED: "PERSEUS_ERROR_NOT_INITIALIZED",
+    ERROR_RENDEZVOUS: "PERSEUS_ERROR_RENDEZVOUS",
+    ERROR_COMMUNICATION: "PERSEUS_ERROR_COMMUNICATION",
+    ERROR_TIMEOUT: "PERSEUS_ERROR_TIMEOUT",
+    ERROR_INTERNAL: "PERSEUS_ERROR_INTERNAL",
+}
+
+# perseus_dtype_t, keyed by numpy's dtype names (torch's names are the same).
+DTYPES = {
+    "uint8": 0, "int8": 1, "int32": 2, "int64": 3,
+    "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7,
+}
+DTYPE_NAMES = {code: name for name, code in DTYPES.items()}
+ITEMSIZE = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8}
+
+# perseus_op_t
+SUM, AVERAGE, MIN, MAX, PRODUCT = 0, 1, 2, 3, 4
+OP_NAMES = {SUM: "sum", AVERAGE: "average", MIN: "min", MAX: "max", PRODUCT: "product"}
+
+DEVICE_CPU = -1
+
+
+class PerseusError(RuntimeError):
+    """A libperseus call failed. .code is the PERSEUS_ERROR_* value (negative), .detail what
+    perseus_last_error() said."""
+
+    def __init__(self, message, code=ERROR_INTERNAL, detail=""):
+        super().__init__(message)
+        self.code = code
+        self.detail = detail
+
+
+def dtype_code(name):
+    """The perseus_dtype_t of a numpy/torch dtype name ("float32", "torch.float32", ...)."""
+    key = str(name).rsplit(".", 1)[-1]
+    if key not in DTYPES:
+        raise PerseusError("libperseus has no element type for %s (supported: %s)"
+                           % (name, ", ".join(DTYPES)), ERROR_INVALID_ARGUMENT)
+    return DTYPES[key]
+
+
+_lib = None
+_lib_path = None
+_lib_lock = threading.Lock()
+
+
+def _candidates():
+    env = os.environ.get("PERSEUS_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    packaged = os.path.join(here, "lib", "libperseus.so")
+    if os.path.exists(packaged):
+        found.append(packaged)
+    # <repo>/lib/framework_shims/perseus -> <repo>/build/lib/comm/libperseus.so
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    built = os.path.join(repo, "build", "lib", "comm", "libperseus.so")
+    if os.path.exists(built):
+        found.append(built)
+    system = ctypes.util.find_library("perseus")
+    if system:
+        found.append(system)
+    return found
+
+
+def library_path():
+    """The path of the loaded (or to be loaded) libperseus, or None when none is found."""
+    if _lib_path:
+        return _lib_path
+    c = _candidates()
+    return c[0] if c else None
+
+
+def _declare(lib):
+    c_int, c_size, c_void, c_char, c_double = (ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p,
+                                              ctypes.c_char_p, ctypes.c_double)
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    req_pp = ctypes.POINTER(ctypes.c_void_p)
+    table = {
+        "perseus_version": ([], c_int),
+        "perseus_gloo_built": ([], c_int),
+        "perseus_nccl_built": ([], c_int),
+        "perseus_init": ([], c_int),
+        "perseus_finalize": ([], c_int),
+        "perseus_rank": ([], c_int),
+        "perseus_size": ([], c_int),
+        "perseus_local_rank": ([], c_int),
+        "perseus_local_size": ([], c_int),
+        "perseus_cross_rank": ([], c_int),
+        "perseus_cross_size": ([], c_int),
+        "perseus_allreduce": ([c_void, c_void, c_size, c_int, c_int, c_char], c_int),
+        "perseus_broadcast": ([c_void, c_size, c_int, c_int, c_char], c_int),
+        "perseus_allgather": ([c_void, c_void, c_size, c_int, c_char], c_int),
+        "perseus_barrier": ([], c_int),
+        "perseus_last_error": ([], c_char),
+        "perseus_allreduce_async": ([c_void, c_void, c_size, c_int, c_int, c_double, c_double,
+                                     c_char, c_int, c_void, req_pp], c_int),
+        "perseus_broadcast_async": ([c_void, c_size, c_int, c_int, c_char, c_int, c_void,
+                                     req_pp], c_int),
+        "perseus_allgatherv_async": ([c_void, c_size, c_int, c_char, c_int, c_void, req_pp],
+                                     c_int),
+        "perseus_alltoall_async": ([c_void, size_p, c_int, c_char, c_int, c_void, req_pp], c_int),
+        "perseus_reducescatter_async": ([c_void, c_void, size_p, c_int, c_int, c_double, c_double,
+                                         c_char, c_int, c_void, req_pp], c_int),
+        "perseus_poll": ([c_void], c_int),
+        "perseus_wait": ([c_void], c_int),
+        "perseus_output_counts": ([c_void, size_p], c_int),
+        "perseus_output_copy": ([c_void, c_void], c_int),
+        "perseus_release": ([c_void], None),
+        "perseus_join": ([c_int, ctypes.POINTER(c_int)], c_int),
+    }
+    missing = []
+    for name, (args, res) in table.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        fn.argtypes = args
+        fn.restype = res
+    return missing
+
+
+def lib():
+    """The loaded library (ctypes.CDLL); raises PerseusError when none can be loaded."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        candidates = _candidates()
+        if not candidates:
+            raise PerseusError(
+                "libperseus.so not found: set PERSEUS_LIBRARY to its path (build/lib/comm/"
+                "libperseus.so after scripts/setup.sh), or run under perseusrun",
+                ERROR_NOT_INITIALIZED)
+        errors = []
+        for path in candidates:
+            try:
+                loaded = ctypes.CDLL(path)
+            except OSError as e:
+                errors.append("%s: %s" % (path, e))
+                continue
+            missing = _declare(loaded)
+            if missing:
+                errors.append("%s lacks %s (a libperseus older than this package: rebuild it)"
+                              % (path, ", ".join(missing)))
+                continue
+            _lib_path = path
+            _lib = loaded
+            return _lib
+        raise PerseusError("could not load libperseus: " + "; ".join(errors),
+                           ERROR_NOT_INITIALIZED)
+
+
+def last_error():
+    text = lib().perseus_last_error()
+    return text.decode("utf-8", "replace") if text else ""
+
+
+def error(code, what):
+    """A PerseusError for a failed call: `what` (the call and the tensor), the code, and
+    libperseus's own message."""
+    detail = last_error()
+    name = ERROR_NAMES.get(code, str(code))
+    message = "%s failed (%s)" % (what, name)
+    if detail:
+        message += ": " + detail
+    return PerseusError(message, code, detail)
+
+
+def check(code, what):
+    if code < 0:
+        raise error(code, what)
+    return code
+
+
+def _name(name):
+    if name is None:
+        return None
+    return name.encode("utf-8") if isinstance(name, str) else bytes(name)
+
+
+# ---- the process --------------------------------------------------------------------------
+
+def version():
+    return lib().perseus_version()
+
+
+def gloo_built():
+    return bool(lib().perseus_gloo_built())
+
+
+def nccl_built():
+    return bool(lib().perseus_nccl_built())
+
+
+_atexit_registered = False
+
+
+def _finalize_at_exit():
+    try:
+        if is_initialized():
+            lib().perseus_finalize()
+    except Exception:  # noqa: BLE001 - nothing to report to at exit
+        pass
+
+
+def init():
+    """perseus_init; also finalizes at interpreter exit (before C's exit handlers, so that the
+    library's threads stop before the libraries they use are torn down)."""
+    global _atexit_registered
+    check(lib().perseus_init(), "perseus_init")
+    if not _atexit_registered:
+        _atexit_registered = True
+        atexit.register(_finalize_at_exit)
+
+
+def finalize():
+    check(lib().perseus_finalize(), "perseus_finalize")
+
+
+def is_initialized():
+    try:
+        return lib().perseus_rank() >= 0
+    except PerseusError:
+        return False
+
+
+def _query(fn, what):
+    value = fn()
+    if value < 0:
+        raise error(value, what + " (call init() first)" if value == ERROR_NOT_INITIALIZED
+                    else what)
+    return value
+
+
+def rank():
+    return _query(lib().perseus_rank, "perseus_rank")
+
+
+def size():
+    return _query(lib().perseus_size, "perseus_size")
+
+
+def local_rank():
+    return _query(lib().perseus_local_rank, "perseus_local_rank")
+
+
+def local_size():
+    return _query(lib().perseus_local_size, "perseus_local_size")
+
+
+def cross_rank():
+    return _query(lib().perseus_cross_rank, "perseus_cross_rank")
+
+
+def cross_size():
+    return _query(lib().perseus_cross_size, "perseus_cross_size")
+
+
+def barrier():
+    check(lib().perseus_barrier(), "perseus_barrier")
+
+
+# ---- requests ------------------------------------------------------------------------------
+
+class Request:
+    """One asynchronous operation. poll() -> bool, wait() raises PerseusError on failure,
+    counts()/copy_output() for allgatherv and alltoall. Released by release() or when
+    collected (after waiting for it: its buffers are in use until it is done). `keep` holds
+    whatever must outlive the operation (the buffers' owners, the counts arrays)."""
+
+    def __init__(self, handle, what, keep=()):
+        self._handle = handle
+        self.what = what
+        self._keep = keep
+        self._result = None
+
+    def poll(self):
+        if self._handle is None:
+            return True
+        rc = lib().perseus_poll(self._handle)
+        if rc < 0:
+            raise error(rc, "perseus_poll on " + self.what)
+        return rc == 1
+
+    def wait(self):
+        if self._result is None:
+            if self._handle is None:
+                raise PerseusError("%s: the request was released" % self.what,
+                                   ERROR_INVALID_ARGUMENT)
+            self._result = lib().perseus_wait(self._handle)
+            self._detail = last_error() if self._result < 0 else ""
+        if self._result < 0:
+            name = ERROR_NAMES.get(self._result, str(self._result))
+            raise PerseusError("%s failed (%s): %s" % (self.what, name, self._detail),
+                               self._result, self._detail)
+
+    def counts(self, n):
+        out = (ctypes.c_size_t * n)()
+        check(lib().perseus_output_counts(self._handle, out), "perseus_output_counts on "
+              + self.what)
+        return list(out)
+
+    def copy_output(self, dst):
+        check(lib().perseus_output_copy(self._handle, ctypes.c_void_p(dst)),
+              "perseus_output_copy on " + self.what)
+
+    def release(self):
+        handle, self._handle = self._handle, None
+        if handle is not None and _lib is not None:
+            _lib.perseus_release(handle)
+        self._keep = ()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def _submit(fn, what, keep, *args):
+    handle = ctypes.c_void_p()
+    rc = fn(*args, ctypes.byref(handle))
+    if rc < 0:
+        raise error(rc, what)
+    return Request(handle, what, keep)
+
+
+def _size_array(values):
+    return (ctypes.c_size_t * len(values))(*values)
+
+
+def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,
+                    device=DEVICE_CPU, stream=None, what="allreduce", keep=()):
+    return _submit(lib().perseus_allreduce_async, what, keep, send, recv, count, dtype, op,
+                   float(prescale), float(postscale), _name(name), device, stream)
+
+
+def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, stream=None,
+                    what="broadcast", keep=()):
+    return _submit(lib().perseus_broadcast_async, what, keep, buf, count, dtype, root,
+                   _name(name), device, stream)
+
+
+def allgatherv_async(send, count, dtype, name=None, device=DEVICE_CPU, stream=None,
+                     what="allgather", keep=()):
+    return _submit(lib().perseus_allgatherv_async, what, keep, send, count, dtype, _name(name),
+                   device, stream)
+
+
+def alltoall_async(send, send_counts, dtype, name=None, device=DEVICE_CPU, stream=None,
+                   what="alltoall", keep=()):
+    counts = _size_array(send_counts)
+    return _submit(lib().perseus_alltoall_async, what, tuple(keep) + (counts,), send, counts,
+                   dtype, _name(name), device, stream)
+
+
+def reducescatter_async(send, recv, recv_counts, dtype, op, prescale=1.0, postscale=1.0,
+                        name=None, device=DEVICE_CPU, stream=None, what="reducescatter",
+                        keep=()):
+    counts = _size_array(recv_counts)
+    return _submit(lib().perseus_reducescatter_async, what, tuple(keep) + (counts,), send, recv,
+                   counts, dtype, op, float(prescale), float(postscale), _name(name), device,
+                   stream)
+
+
+def join(device=DEVICE_CPU):
+    """Blocks until every rank has joined; returns the last rank to join."""
+    last = ctypes.c_int(-1)
+    check(lib().perseus_join(device, ctypes.byref(last)), "perseus_join")
+    return last.value

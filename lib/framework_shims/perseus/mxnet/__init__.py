@@ -1,0 +1,37 @@
+"""Horovod's MXNet API and the Perseus KVStore over libperseus.
+
+    import perseus.mxnet as hvd
+    hvd.init()
+    trainer = hvd.DistributedTrainer(net.collect_params(), 'sgd', {'learning_rate': 0.1})
+    hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+
+    kv = perseus.mxnet.create('dist_sync_perseus')     # MXNet's KVStore interface
+    module.fit(train, kvstore=kv, ...)
+
+CPU NDArrays (MXNet from PyPI is a CPU build); see ops.py for how NDArrays reach libperseus and
+lib/framework_shims/README.md for the whole surface.
+"""
+from perseus._native import PerseusError  # noqa: F401
+from perseus.mxnet.ops import (  # noqa: F401
+    Adasum, Average, Max, Min, Product, Sum,
+    allgather, allreduce, allreduce_, alltoall, barrier, broadcast, broadcast_, cross_rank,
+    cross_size, gloo_built, gloo_enabled, grouped_allreduce, grouped_allreduce_, init,
+    is_initialized, local_rank, local_size, mpi_built, mpi_enabled, nccl_built, rank, shutdown,
+    size,
+)
+from perseus.mxnet.functions import broadcast_parameters  # noqa: F401
+from perseus.mxnet.optimizer import DistributedOptimizer, DistributedTrainer  # noqa: F401
+from perseus.mxnet.compression import Compression  # noqa: F401
+from perseus.mxnet.kvstore import PerseusKVStore, PerseusOp, create  # noqa: F401
+from perseus.mxnet.sync_batch_norm import PerseusSyncBatchNorm  # noqa: F401
+
+__all__ = [
+    "PerseusError", "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
+    "cross_rank", "cross_size", "barrier", "gloo_built", "gloo_enabled", "nccl_built",
+    "mpi_built", "mpi_enabled",
+    "allreduce", "allreduce_", "grouped_allreduce", "grouped_allreduce_", "allgather",
+    "broadcast", "broadcast_", "alltoall",
+    "broadcast_parameters", "DistributedOptimizer", "DistributedTrainer",
+    "Compression", "create", "PerseusKVStore", "PerseusOp", "PerseusSyncBatchNorm",
+]

@@ -1,0 +1,575 @@
+"""Horovod's torch collectives over libperseus: the process, the operations, handles."""
+import pickle
+
+import torch
+
+from perseus import _native
+from perseus._native import PerseusError
+from perseus.torch import _tensors
+from perseus.torch.compression import Compression
+
+# Horovod's values for its reduction constants.
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_OPS = {Average: _native.AVERAGE, Sum: _native.SUM, Min: _native.MIN, Max: _native.MAX,
+        Product: _native.PRODUCT}
+_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
+             Product: "Product"}
+
+
+class ProcessSet:
+    """Only the global process set exists: every rank of the job."""
+
+    process_set_id = 0
+    ranks = None
+
+    def size(self):
+        return _native.size()
+
+    def rank(self):
+        return _native.rank()
+
+    def included(self):
+        return True
+
+    def __repr__(self):
+        return "ProcessSet(global)"
+
+
+global_process_set = ProcessSet()
+
+
+def _check_process_set(process_set):
+    if process_set is not None and process_set is not global_process_set:
+        raise NotImplementedError("perseus.torch has only the global process set")
+
+
+def add_process_set(*args, **kwargs):
+    raise NotImplementedError("perseus.torch has only the global process set (add_process_set)")
+
+
+def remove_process_set(*args, **kwargs):
+    raise NotImplementedError("perseus.torch has only the global process set (remove_process_set)")
+
+
+# ---- the process ---------------------------------------------------------------------------
+
+def init(comm=None, process_sets=None):
+    """Joins the job (perseus_init). `comm` and `process_sets` are not supported."""
+    if comm is not None:
+        raise NotImplementedError("perseus.torch.init(comm=...): MPI communicators are not "
+                                  "supported; the job is every rank perseusrun started")
+    if process_sets not in (None, [], "dynamic"):
+        raise NotImplementedError("perseus.torch.init(process_sets=...): only the global "
+                                  "process set exists")
+    _native.init()
+
+
+def shutdown():
+    if _native.is_initialized():
+        _native.finalize()
+
+
+is_initialized = _native.is_initialized
+size = _native.size
+rank = _native.rank
+local_size = _native.local_size
+local_rank = _native.local_rank
+cross_size = _native.cross_size
+cross_rank = _native.cross_rank
+
+
+def gloo_built():
+    return _native.gloo_built()
+
+
+def nccl_built():
+    return _native.nccl_built()
+
+
+def cuda_built():
+    return _native.nccl_built()
+
+
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def gloo_enabled():
+    return _native.gloo_built()
+
+
+def mpi_threads_supported():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def is_homogeneous():
+    return True
+
+
+def start_timeline(file_path, mark_cycles=False):
+    raise NotImplementedError("perseus.torch.start_timeline: set PERSEUS_TIMELINE=<file> before "
+                              "the job starts instead")
+
+
+def stop_timeline():
+    raise NotImplementedError("perseus.torch.stop_timeline: the timeline (PERSEUS_TIMELINE) "
+                              "runs for the whole job")
+
+
+# ---- handles -------------------------------------------------------------------------------
+
+class Handle:
+    """What an *_async call returns: poll(handle) and synchronize(handle) take it."""
+
+    def __init__(self, requests, finish):
+        self._requests = requests
+        self._finish = finish
+        self._result = None
+        self._done = False
+
+    def poll(self):
+        return all(r.poll() for r in self._requests)
+
+    def synchronize(self):
+        if not self._done:
+            try:
+                for r in self._requests:
+                    r.wait()
+                self._result = self._finish()
+            finally:
+                for r in self._requests:
+                    r.release()
+            self._done = True
+            self._finish = None
+        return self._result
+
+
+def poll(handle):
+    """True when the operation behind handle is done (synchronize() then returns at once)."""
+    return handle.poll()
+
+
+def synchronize(handle):
+    """Waits for the operation and returns its output (raises PerseusError if it failed)."""
+    return handle.synchronize()
+
+
+def _what(operation, name, tensor):
+    label = "%s of tensor '%s'" % (operation, name) if name else "%s of an unnamed tensor" % (
+        operation)
+    return "%s (%s, shape %s, on %s)" % (label, str(tensor.dtype).replace("torch.", ""),
+                                         list(tensor.shape), tensor.device)
+
+
+def _resolve_op(op, average):
+    if op is not None and average is not None:
+        raise ValueError("op and average cannot both be given (average is deprecated: use op)")
+    if op is None:
+        op = Sum if average is False else Average
+    if op == Adasum:
+        raise NotImplementedError("op=Adasum is not supported by perseus.torch "
+                                  "(Average, Sum, Min, Max, Product are)")
+    if op not in _OPS:
+        raise ValueError("unknown reduction op %r" % (op,))
+    return op
+
+
+# ---- allreduce -----------------------------------------------------------------------------
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor):
+    what = _what("allreduce", name, tensor)
+    send = tensor if output is tensor else tensor.contiguous()
+    src, count, code, device, stream = _tensors.describe(send, what)
+    dst = _tensors.describe(output, what)[0]
+    request = _native.allreduce_async(src, dst, count, code, _OPS[op], prescale_factor,
+                                      postscale_factor, name, device, stream, what=what,
+                                      keep=(send, output))
+    return Handle([request], lambda: output)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor)
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+        ctx.op, ctx.pre, ctx.post = op, prescale_factor, postscale_factor
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return allreduce(grad, op=ctx.op, prescale_factor=ctx.pre,
+                         postscale_factor=ctx.post), None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """The reduction (Average by default) of tensor over every rank, as a new tensor."""
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    compressed, ctx = compression.compress(tensor)
+    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def _group_name(name, i):
+    return None if name is None else "%s.%d" % (name, i)
+
+
+def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor):
+    handles = [_allreduce_async(t, o, _group_name(name, i), op, prescale_factor,
+                                postscale_factor) for i, (t, o) in enumerate(zip(tensors, outputs))]
+    requests = [r for h in handles for r in h._requests]
+    return Handle(requests, lambda: list(outputs))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    return _grouped(tensors, list(tensors), name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    compressed = [compression.compress(t) for t in tensors]
+    outputs = synchronize(grouped_allreduce_async([c[0] for c in compressed], average, name, op,
+                                                  prescale_factor, postscale_factor, process_set))
+    return [compression.decompress(o, c[1]) for o, c in zip(outputs, compressed)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+# ---- allgather -----------------------------------------------------------------------------
+
+def _allgather_async(tensor, name, with_counts=False):
+    what = _what("allgather", name, tensor)
+    send = tensor.contiguous()
+    if send.dim() == 0:
+        send = send.reshape(1)
+    src, count, code, device, stream = _tensors.describe(send, what, reduce=False)
+    request = _native.allgatherv_async(src, count, code, name, device, stream, what=what,
+                                       keep=(send,))
+    rest = tuple(send.shape[1:])
+    row = 1
+    for d in rest:
+        row *= d
+
+    def finish():
+        counts = request.counts(_native.size())
+        total = sum(counts)
+        rows = [c // row if row else 0 for c in counts]
+        output = torch.empty((sum(rows),) + rest, dtype=send.dtype, device=send.device)
+        if total:
+            request.copy_output(output.data_ptr())
+        return (output, rows) if with_counts else output
+
+    return Handle([request], finish)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    _check_process_set(process_set)
+    return _allgather_async(tensor, name)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        output, rows = synchronize(_allgather_async(tensor, name, with_counts=True))
+        ctx.rows = rows
+        ctx.shape = tensor.shape
+        return output
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = allreduce(grad.contiguous(), op=Sum)
+        me = _native.rank()
+        start = sum(ctx.rows[:me])
+        return reduced.narrow(0, start, ctx.rows[me]).reshape(ctx.shape), None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Every rank's tensor concatenated along the first dimension, in rank order (first
+    dimensions may differ between ranks)."""
+    _check_process_set(process_set)
+    return _Allgather.apply(tensor, name)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    _check_process_set(process_set)
+    handles = [_allgather_async(t, _group_name(name, i)) for i, t in enumerate(tensors)]
+    return Handle([r for h in handles for r in h._requests],
+                  lambda: [h._finish() for h in handles])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+# ---- broadcast -----------------------------------------------------------------------------
+
+def _broadcast_async(tensor, output, root_rank, name):
+    what = _what("broadcast", name, tensor)
+    if output is not tensor:
+        output.copy_(tensor)
+    buf, count, code, device, stream = _tensors.describe(output, what, reduce=False)
+    request = _native.broadcast_async(buf, count, code, int(root_rank), name, device, stream,
+                                      what=what, keep=(output,))
+    return Handle([request], lambda: output)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    _check_process_set(process_set)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _broadcast_async(tensor, output, root_rank, name)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    _check_process_set(process_set)
+    return _broadcast_async(tensor, tensor, root_rank, name)
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root_rank = root_rank
+        return synchronize(broadcast_async(tensor, root_rank, name))
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = allreduce(grad.contiguous(), op=Sum)
+        if _native.rank() != ctx.root_rank:
+            reduced = reduced * 0
+        return reduced, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's tensor, as a new tensor on every rank."""
+    _check_process_set(process_set)
+    return _Broadcast.apply(tensor, root_rank, name)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ---- alltoall ------------------------------------------------------------------------------
+
+def _splits_list(tensor, splits, n):
+    if splits is None:
+        first = tensor.shape[0] if tensor.dim() else 1
+        if first % n:
+            raise ValueError("alltoall without splits needs a first dimension divisible by the "
+                             "number of ranks (%d rows, %d ranks)" % (first, n))
+        return [first // n] * n
+    values = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
+    if len(values) != n:
+        raise ValueError("alltoall: splits has %d entries, the job %d ranks" % (len(values), n))
+    if any(v < 0 for v in values) or sum(values) != (tensor.shape[0] if tensor.dim() else 1):
+        raise ValueError("alltoall: splits %s must be >= 0 and add up to the first dimension "
+                         "(%d)" % (values, tensor.shape[0] if tensor.dim() else 1))
+    return values
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """synchronize() of the handle gives (output, received_splits)."""
+    _check_process_set(process_set)
+    what = _what("alltoall", name, tensor)
+    send = tensor.contiguous()
+    if send.dim() == 0:
+        send = send.reshape(1)
+    n = _native.size()
+    split_rows = _splits_list(send, splits, n)
+    rest = tuple(send.shape[1:])
+    row = 1
+    for d in rest:
+        row *= d
+    src, _, code, device, stream = _tensors.describe(send, what, reduce=False)
+    request = _native.alltoall_async(src, [s * row for s in split_rows], code, name, device,
+                                     stream, what=what, keep=(send,))
+
+    def finish():
+        counts = request.counts(n)
+        rows = [c // row if row else 0 for c in counts]
+        output = torch.empty((sum(rows),) + rest, dtype=send.dtype, device=send.device)
+        if sum(counts):
+            request.copy_output(output.data_ptr())
+        return output, torch.tensor(rows, dtype=torch.int32)
+
+    return Handle([request], finish)
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        output, received = synchronize(alltoall_async(tensor, splits, name))
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        back, _ = alltoall(grad.contiguous(), splits=ctx.received)
+        return back, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[r] rows (default: an equal share) of tensor to rank r and returns the rows
+    every rank sent here, in rank order; with splits given, returns (output, received_splits)
+    as Horovod does."""
+    _check_process_set(process_set)
+    output, received = _Alltoall.apply(tensor, splits, name)
+    return output if splits is None else (output, received)
+
+
+# ---- reducescatter -------------------------------------------------------------------------
+
+def _rows_per_rank(first, n):
+    return [first // n + (1 if r < first % n else 0) for r in range(n)]
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    _check_process_set(process_set)
+    op = _resolve_op(op, None)
+    what = _what("reducescatter", name, tensor)
+    send = tensor.contiguous()
+    if send.dim() == 0:
+        raise ValueError(what + ": reducescatter needs a tensor of at least one dimension")
+    n, me = _native.size(), _native.rank()
+    rest = tuple(send.shape[1:])
+    row = 1
+    for d in rest:
+        row *= d
+    rows = _rows_per_rank(send.shape[0], n)
+    output = torch.empty((rows[me],) + rest, dtype=send.dtype, device=send.device)
+    src, _, code, device, stream = _tensors.describe(send, what)
+    request = _native.reducescatter_async(src, output.data_ptr(), [r * row for r in rows], code,
+                                          _OPS[op], prescale_factor, postscale_factor, name,
+                                          device, stream, what=what, keep=(send, output))
+    return Handle([request], lambda: output)
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """The reduction of tensor over every rank, of which this rank keeps its share of the rows
+    (the first dimension split evenly, the first ranks getting one more row)."""
+    compressed, ctx = compression.compress(tensor)
+    out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
+                                          postscale_factor))
+    return compression.decompress(out, ctx)
+
+
+# ---- the rest ------------------------------------------------------------------------------
+
+def barrier(process_set=global_process_set):
+    _check_process_set(process_set)
+    _native.barrier()
+
+
+def join(device=-1):
+    """This rank has no more data: takes part in the others' all-reduces with zeros until every
+    rank has joined. Returns the rank that joined last."""
+    if hasattr(device, "index"):
+        device = -1 if device.type == "cpu" else device.index
+    return _native.join(int(device))
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """root_rank's obj (pickled), on every rank."""
+    _check_process_set(process_set)
+    base = name or type(obj).__name__
+    if _native.rank() == root_rank:
+        data = pickle.dumps(obj)
+        length = torch.tensor([len(data)], dtype=torch.int64)
+    else:
+        data = None
+        length = torch.zeros(1, dtype=torch.int64)
+    broadcast_(length, root_rank, name="broadcast_object.%s.size" % base if name else None)
+    if data is not None:
+        payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
+            torch.empty(0, dtype=torch.uint8)
+    else:
+        payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    broadcast_(payload, root_rank, name="broadcast_object.%s.data" % base if name else None)
+    if data is not None:
+        return obj
+    return pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Every rank's obj (pickled), as a list in rank order."""
+    _check_process_set(process_set)
+    data = pickle.dumps(obj)
+    tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    output, rows = synchronize(_allgather_async(
+        tensor, "allgather_object.%s" % name if name else None, with_counts=True))
+    raw = output.numpy().tobytes()
+    objects, offset = [], 0
+    for r in rows:
+        objects.append(pickle.loads(raw[offset:offset + r]))
+        offset += r
+    return objects
+
+
+__all__ = [
+    "PerseusError", "Average", "Sum", "Adasum", "Min", "Max", "Product", "ProcessSet",
+    "global_process_set", "add_process_set", "remove_process_set", "init", "shutdown",
+    "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
+    "gloo_built", "nccl_built", "cuda_built", "mpi_built", "mpi_enabled", "gloo_enabled",
+    "mpi_threads_supported", "rocm_built", "ddl_built", "ccl_built", "is_homogeneous",
+    "start_timeline", "stop_timeline", "Handle", "poll", "synchronize",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "grouped_allgather",
+    "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
+    "broadcast_object", "allgather_object", "Compression",
+]

@@ -1,0 +1,187 @@
+"""DistributedOptimizer: averages gradients over the ranks, overlapping the all-reduce with the
+backward pass (Horovod's design: a hook on each parameter's gradient accumulator submits that
+gradient's all-reduce as soon as it is ready; step() waits for them)."""
+import contextlib
+import warnings
+
+import torch
+
+from perseus.torch import ops
+from perseus.torch.compression import Compression
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    # Mixed into the wrapped optimizer's own class (see DistributedOptimizer).
+
+    def _perseus_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                       gradient_predivide_factor, groups):
+        self._compression = compression
+        if op == ops.Adasum:
+            raise NotImplementedError("DistributedOptimizer(op=Adasum) is not supported by "
+                                      "perseus.torch (Average and Sum are)")
+        if op not in (ops.Average, ops.Sum):
+            raise ValueError("DistributedOptimizer: op must be Average or Sum")
+        if gradient_predivide_factor != 1.0 and op != ops.Average:
+            raise ValueError("gradient_predivide_factor needs op == Average")
+        self._op = op
+        self._prescale = 1.0 / gradient_predivide_factor if op == ops.Average else 1.0
+        self._postscale = gradient_predivide_factor if op == ops.Average else 1.0
+
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if any(not isinstance(n, tuple) for n in named):
+                raise ValueError("named_parameters must be (name, parameter) pairs, such as "
+                                 "model.named_parameters()")
+            names = [n for n, _ in named]
+            if len(set(names)) != len(names):
+                raise ValueError("named_parameters has duplicate names")
+            self._names = {p: n for n, p in named}
+            unnamed = [p for p in all_params if p not in self._names]
+            if unnamed:
+                raise ValueError("named_parameters lacks %d of the optimizer's parameters"
+                                 % len(unnamed))
+        else:
+            self._names = {p: "noname.%d" % i for i, p in enumerate(all_params)}
+
+        self.backward_passes_per_step = backward_passes_per_step
+        self._requires_update = [p for p in all_params if p.requires_grad]
+        self._delay = {p: backward_passes_per_step for p in self._requires_update}
+        self._handles = {}  # parameter -> (Handle, compression context) or None (in a group)
+        self._synchronized = False
+        self._should_synchronize = True
+        self._groups = self._make_groups(groups)
+        self._group_of = {p: i for i, g in enumerate(self._groups) for p in g}
+        self._group_ready = [set() for _ in self._groups]
+        self._grad_accs = []
+        self._register_hooks()
+
+    def _make_groups(self, groups):
+        if groups is None:
+            return []
+        if isinstance(groups, int):
+            if groups <= 0:
+                return []
+            params = self._requires_update
+            per = -(-len(params) // groups)
+            return [params[i:i + per] for i in range(0, len(params), per)]
+        result = []
+        for g in groups:
+            members = [p for p in g if p.requires_grad]
+            if any(p not in self._delay for p in members):
+                raise ValueError("groups names a parameter the optimizer does not have")
+            result.append(members)
+        return result
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes
+
+    def _register_hooks(self):
+        for p in self._requires_update:
+            tmp = p.expand_as(p)
+            acc = tmp.grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(acc)
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p] is not None and self._delay[p] <= 0:
+                raise AssertionError(
+                    "Gradients were computed more than backward_passes_per_step times before "
+                    "step(): call optimizer.step() or optimizer.synchronize() between backward "
+                    "passes, or raise backward_passes_per_step")
+            self._delay[p] -= 1
+            if self._delay[p] == 0:
+                self._submit(p)
+        return hook
+
+    def _submit(self, p):
+        group = self._group_of.get(p)
+        if group is None:
+            self._handles[p] = self._allreduce_async(p)
+            return
+        self._handles[p] = None
+        ready = self._group_ready[group]
+        ready.add(p)
+        if len(ready) == len(self._groups[group]):
+            for q in self._groups[group]:
+                self._handles[q] = self._allreduce_async(q)
+            ready.clear()
+
+    def _allreduce_async(self, p):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        tensor, ctx = self._compression.compress(p.grad)
+        if tensor is not p.grad:
+            tensor = tensor.contiguous()
+        handle = ops.allreduce_async_(tensor, name="allreduce." + self._names[p], op=self._op,
+                                      prescale_factor=self._prescale,
+                                      postscale_factor=self._postscale)
+        return handle, ctx, tensor
+
+    def synchronize(self):
+        """Waits for every gradient's all-reduce (submitting those whose hook did not run, e.g.
+        of parameters that took no part in the loss) and writes the results into .grad."""
+        missing = [p for p in self._requires_update if self._handles.get(p) is None]
+        for p in missing:
+            self._handles[p] = self._allreduce_async(p)
+        for g in self._group_ready:
+            g.clear()
+        for p, (handle, ctx, tensor) in self._handles.items():
+            output = ops.synchronize(handle)
+            result = self._compression.decompress(output, ctx)
+            if result is not p.grad:
+                p.grad.copy_(result)
+            self._delay[p] = self.backward_passes_per_step
+        self._handles.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For a step() right after an explicit synchronize() (gradient clipping)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "after optimizer.synchronize(): the gradients are all-reduced "
+                              "twice")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize()")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=ops.Average,
+                         gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                         sparse_as_dense=False, process_set=ops.global_process_set):
+    """Wraps a torch optimizer so that step() uses the gradients averaged (op=Average) or summed
+    over every rank. Like Horovod's, it rebuilds the optimizer from its param_groups (its
+    state, if any, is not carried over: wrap before loading a checkpoint)."""
+    ops._check_process_set(process_set)
+    if sparse_as_dense:
+        raise NotImplementedError("sparse gradients (sparse_as_dense) are not supported")
+    if num_groups and groups is None:
+        groups = num_groups
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               {k: v for k, v in _DistributedOptimizer.__dict__.items()
+                if k not in ("__dict__", "__weakref__")})
+    # The optimizer's own __init__, given its param_groups (each group carries every
+    # hyper-parameter, so the constructor's defaults do not matter).
+    wrapped = cls(optimizer.param_groups)
+    wrapped._perseus_setup(named_parameters, compression, backward_passes_per_step, op,
+                           gradient_predivide_factor, groups)
+    return wrapped

@@ -1,0 +1,212 @@
+"""Every call of perseus.torch's Horovod API against a reference each rank computes itself
+(inputs are seeded by rank, so each rank knows what every rank contributed)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+
+import perseus.torch.horovod as hvd  # noqa: E402
+from common import Checks, run  # noqa: E402
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.uint8, torch.int8, torch.int32, torch.int64]
+
+
+def data(r, shape, dtype, salt=0, low=-4, high=5):
+    g = torch.Generator().manual_seed(1000 * r + salt)
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype)
+    lo = 0 if dtype == torch.uint8 else low
+    return torch.randint(lo, high, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def main():
+    check = Checks("api")
+    check(not hvd.is_initialized(), "is_initialized before init")
+    hvd.init()
+    check(hvd.is_initialized(), "is_initialized after init")
+    n, me = hvd.size(), hvd.rank()
+    env = os.environ
+    check(n == int(env["PERSEUS_SIZE"]) and me == int(env["PERSEUS_RANK"]), "size/rank")
+    check(hvd.local_rank() == int(env["PERSEUS_LOCAL_RANK"]), "local_rank")
+    check(hvd.local_size() == int(env["PERSEUS_LOCAL_SIZE"]), "local_size")
+    check(hvd.cross_rank() == int(env["PERSEUS_CROSS_RANK"]), "cross_rank")
+    check(hvd.cross_size() == int(env["PERSEUS_CROSS_SIZE"]), "cross_size")
+    check(hvd.gloo_built() and not hvd.mpi_built(), "gloo_built/mpi_built")
+    check(hvd.nccl_built() in (True, False), "nccl_built")
+    ranks = range(n)
+
+    # allreduce: every op on every dtype.
+    for dtype in FLOATS + INTS:
+        for op, name in [(hvd.Sum, "sum"), (hvd.Average, "avg"), (hvd.Min, "min"),
+                         (hvd.Max, "max"), (hvd.Product, "prod")]:
+            shape = (3, 5)
+            low, high = (1, 3) if op == hvd.Product else (-4, 5)
+            inputs = [data(r, shape, dtype, 1, low, high) for r in ranks]
+            if op == hvd.Product and dtype.is_floating_point:
+                inputs = [(x.double() * 0.5 + 1).to(dtype) for x in inputs]
+            stack = torch.stack([x.double() if dtype.is_floating_point else x.long()
+                                 for x in inputs])
+            if op == hvd.Sum:
+                ref = stack.sum(0)
+            elif op == hvd.Average:
+                ref = stack.sum(0) / n if dtype.is_floating_point else torch.div(
+                    stack.sum(0), n, rounding_mode="trunc")
+            elif op == hvd.Min:
+                ref = stack.min(0).values
+            elif op == hvd.Max:
+                ref = stack.max(0).values
+            else:
+                ref = stack.prod(0)
+            ref = ref.to(dtype)
+            tol = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6
+            out = hvd.allreduce(inputs[me], op=op, name="ar.%s.%s" % (dtype, name))
+            check.close(out, ref, "allreduce %s %s" % (dtype, name), rtol=tol, atol=tol)
+    x = data(me, (4,), torch.float32, 2)
+    ref = torch.stack([data(r, (4,), torch.float32, 2) for r in ranks]).sum(0)
+    check.close(hvd.allreduce(x), ref / n, "allreduce default is Average (unnamed)")
+    check.close(hvd.allreduce(x, average=False), ref, "allreduce average=False")
+    check.close(hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0),
+                ref * 1.5, "allreduce prescale/postscale")
+    check.close(hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16), ref,
+                "allreduce fp16 compression", rtol=1e-2, atol=1e-2)
+    y = x.clone()
+    check(hvd.allreduce_(y, op=hvd.Sum, name="inplace") is y, "allreduce_ returns its tensor")
+    check.close(y, ref, "allreduce_")
+    h = hvd.allreduce_async(x, op=hvd.Sum, name="async")
+    check.close(hvd.synchronize(h), ref, "allreduce_async")
+    check(hvd.poll(h) in (True, False), "poll")
+    y = x.clone()
+    h = hvd.allreduce_async_(y, op=hvd.Max, name="async_")
+    while not hvd.poll(h):
+        pass
+    check.close(hvd.synchronize(h), torch.stack([data(r, (4,), torch.float32, 2)
+                                                 for r in ranks]).max(0).values, "async_ max")
+    # bfloat16 and a non-contiguous input (allreduce copies it).
+    b = data(me, (4, 6), torch.bfloat16, 3)
+    ref_b = torch.stack([data(r, (4, 6), torch.bfloat16, 3).float() for r in ranks]).sum(0)
+    check.close(hvd.allreduce(b.t(), op=hvd.Sum).float(), ref_b.t().contiguous().bfloat16()
+                .float(), "allreduce non-contiguous bfloat16", rtol=2e-2, atol=2e-2)
+    # autograd
+    a = x.clone().requires_grad_()
+    hvd.allreduce(a, op=hvd.Sum, name="grad").sum().backward()
+    check.close(a.grad, torch.full((4,), float(n)), "allreduce backward")
+
+    # grouped
+    ts = [data(me, (i + 1, 2), torch.float32, 10 + i) for i in range(3)]
+    refs = [torch.stack([data(r, (i + 1, 2), torch.float32, 10 + i) for r in ranks]).sum(0)
+            for i in range(3)]
+    outs = hvd.grouped_allreduce(ts, op=hvd.Sum, name="grouped")
+    for i in range(3):
+        check.close(outs[i], refs[i], "grouped_allreduce %d" % i)
+    outs = hvd.synchronize(hvd.grouped_allreduce_async(ts, op=hvd.Average))
+    for i in range(3):
+        check.close(outs[i], refs[i] / n, "grouped_allreduce_async %d" % i)
+    copies = [t.clone() for t in ts]
+    hvd.grouped_allreduce_(copies, op=hvd.Sum, name="grouped_")
+    for i in range(3):
+        check.close(copies[i], refs[i], "grouped_allreduce_ %d" % i)
+
+    # allgather: a different first dimension per rank.
+    for dtype in [torch.float32, torch.int64, torch.bfloat16, torch.uint8, torch.bool]:
+        mk = (lambda r: data(r, (r + 1, 3), torch.int64, 4) > 0) if dtype == torch.bool else \
+            (lambda r: data(r, (r + 1, 3), dtype, 4))
+        ref = torch.cat([mk(r) for r in ranks])
+        check.close(hvd.allgather(mk(me), name="ag.%s" % dtype), ref, "allgather %s" % dtype)
+    check.close(hvd.synchronize(hvd.allgather_async(data(me, (2,), torch.float64, 5))),
+                torch.cat([data(r, (2,), torch.float64, 5) for r in ranks]), "allgather_async")
+    empty = torch.zeros((0, 2)) if me == 0 else data(me, (1, 2), torch.float32, 6)
+    check.close(hvd.allgather(empty, name="ag.empty"),
+                torch.cat([data(r, (1, 2), torch.float32, 6) for r in ranks if r]),
+                "allgather with an empty rank")
+    a = data(me, (me + 1, 2), torch.float32, 7).requires_grad_()
+    (hvd.allgather(a, name="ag.grad") * 2).sum().backward()
+    check.close(a.grad, torch.full((me + 1, 2), 2.0 * n), "allgather backward")
+    ga = hvd.grouped_allgather([data(me, (1,), torch.int32, 8), data(me, (2, 2), torch.float32, 9)])
+    check.close(ga[1], torch.cat([data(r, (2, 2), torch.float32, 9) for r in ranks]),
+                "grouped_allgather")
+
+    # broadcast
+    root = n - 1
+    t = data(me, (5,), torch.float32, 11)
+    check.close(hvd.broadcast(t, root, name="bc"), data(root, (5,), torch.float32, 11),
+                "broadcast")
+    check.close(t, data(me, (5,), torch.float32, 11), "broadcast leaves its input")
+    u = data(me, (2, 3), torch.int64, 12)
+    hvd.broadcast_(u, 0, name="bc_")
+    check.close(u, data(0, (2, 3), torch.int64, 12), "broadcast_")
+    check.close(hvd.synchronize(hvd.broadcast_async(t, 0)), data(0, (5,), torch.float32, 11),
+                "broadcast_async")
+    v = t.clone()
+    hvd.synchronize(hvd.broadcast_async_(v, root))
+    check.close(v, data(root, (5,), torch.float32, 11), "broadcast_async_")
+    check.close(hvd.broadcast(data(me, (3,), torch.bfloat16, 13), 0),
+                data(0, (3,), torch.bfloat16, 13), "broadcast bfloat16")
+
+    # alltoall: equal shares, then splits.
+    def a2a_input(r):
+        return data(r, (2 * n, 3), torch.float32, 14)
+    ref = torch.cat([a2a_input(r)[2 * me:2 * me + 2] for r in ranks])
+    check.close(hvd.alltoall(a2a_input(me), name="a2a"), ref, "alltoall equal")
+
+    def splits_of(r):
+        return [(r + j) % 3 for j in ranks]
+
+    def a2a_rows(r):
+        return data(r, (sum(splits_of(r)), 2), torch.int64, 15)
+    out, received = hvd.alltoall(a2a_rows(me), splits=torch.tensor(splits_of(me)), name="a2av")
+    pieces = []
+    for r in ranks:
+        s = splits_of(r)
+        start = sum(s[:me])
+        pieces.append(a2a_rows(r)[start:start + s[me]])
+    check.close(out, torch.cat(pieces), "alltoall splits")
+    check.close(received, torch.tensor([splits_of(r)[me] for r in ranks], dtype=torch.int32),
+                "alltoall received splits")
+    out2, rec2 = hvd.synchronize(hvd.alltoall_async(a2a_rows(me), splits=splits_of(me)))
+    check.close(out2, torch.cat(pieces), "alltoall_async")
+
+    # reducescatter: rows split evenly, the first ranks get one more.
+    rows = 2 * n + 1
+    inputs = [data(r, (rows, 3), torch.float32, 16) for r in ranks]
+    total = torch.stack(inputs).sum(0)
+    mine = [rows // n + (1 if r < rows % n else 0) for r in ranks]
+    start = sum(mine[:me])
+    check.close(hvd.reducescatter(inputs[me], op=hvd.Sum, name="rs"),
+                total[start:start + mine[me]], "reducescatter sum")
+    check.close(hvd.reducescatter(inputs[me], name="rs.avg"),
+                total[start:start + mine[me]] / n, "reducescatter average (default)")
+    check.close(hvd.reducescatter(inputs[me], op=hvd.Sum, prescale_factor=2.0,
+                                  postscale_factor=0.25),
+                total[start:start + mine[me]] * 0.5, "reducescatter scaled", rtol=1e-5)
+
+    # objects, barrier, join
+    obj = {"rank": me, "list": list(range(me + 2))}
+    check(hvd.broadcast_object(obj if me == 1 % n else None, root_rank=1 % n) ==
+          {"rank": 1 % n, "list": list(range(1 % n + 2))}, "broadcast_object")
+    check(hvd.allgather_object(obj, name="objs") ==
+          [{"rank": r, "list": list(range(r + 2))} for r in ranks], "allgather_object")
+    hvd.barrier()
+    last = hvd.join()
+    check(0 <= last < n, "join returns a rank (%r)" % last)
+
+    # errors
+    check.raises(NotImplementedError, lambda: hvd.allreduce(x, op=hvd.Adasum), "Adasum",
+                 ["Adasum"])
+    check.raises(hvd.PerseusError, lambda: hvd.allreduce(torch.zeros(2, dtype=torch.int16),
+                                                         name="sixteen"),
+                 "int16", ["sixteen", "int16"])
+    check.raises(hvd.PerseusError, lambda: hvd.allreduce_(torch.zeros(4, 4).t(), name="nc"),
+                 "non-contiguous allreduce_", ["nc", "contiguous"])
+    e = check.raises(hvd.PerseusError, lambda: hvd.broadcast(x, n + 3, name="badroot"),
+                     "bad root", ["badroot"])
+    check(e is not None and e.code == -1, "bad root's code is INVALID_ARGUMENT")
+    check.raises(NotImplementedError, lambda: hvd.add_process_set([0]), "process sets")
+    hvd.barrier()
+    hvd.shutdown()
+    check(not hvd.is_initialized(), "shutdown")
+    check.finish()
+
+
+run(main)

@@ -1,0 +1,183 @@
+"""DistributedOptimizer, broadcast_parameters/broadcast_optimizer_state and SyncBatchNorm against
+one process doing the same on the whole batches (each rank computes that reference itself)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import perseus.torch as hvd  # noqa: E402
+from common import Checks, run  # noqa: E402
+
+STEPS = 6
+BATCH = 12  # per step, over all ranks: divisible by 2 and 3
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(),
+                         nn.Linear(16, 3))
+
+
+def batches(steps=STEPS, micro=1):
+    g = torch.Generator().manual_seed(42)
+    return [[(torch.randn(BATCH, 8, generator=g), torch.randint(0, 3, (BATCH,), generator=g))
+             for _ in range(micro)] for _ in range(steps)]
+
+
+def shard(t, n, me):
+    per = t.shape[0] // n
+    return t[me * per:(me + 1) * per]
+
+
+def reference(data, sgd_args):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), **sgd_args)
+    loss_fn = nn.CrossEntropyLoss()
+    for step in data:
+        opt.zero_grad()
+        for x, y in step:
+            loss_fn(model(x), y).backward()
+        opt.step()
+    return model
+
+
+def distributed(data, sgd_args, n, me, **kwargs):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), **sgd_args)
+    if kwargs.get("groups") == "first two":
+        kwargs["groups"] = [list(model.parameters())[:2]]
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), **kwargs)
+    loss_fn = nn.CrossEntropyLoss()
+    for step in data:
+        opt.zero_grad()
+        for x, y in step:
+            loss_fn(model(shard(x, n, me)), shard(y, n, me)).backward()
+        opt.step()
+    return model, opt
+
+
+def same_params(check, a, b, what, tol=1e-5):
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        check.close(p.detach(), q.detach(), "%s: %s" % (what, name), rtol=tol, atol=tol)
+
+
+def main():
+    check = Checks("train")
+    hvd.init()
+    n, me = hvd.size(), hvd.rank()
+    sgd = {"lr": 0.1, "momentum": 0.9}
+
+    data = batches()
+    ref = reference(data, sgd)
+    model, opt = distributed(data, sgd, n, me)
+    same_params(check, model, ref, "DistributedOptimizer")
+    check(type(opt).__name__ == "SGD" and isinstance(opt, torch.optim.SGD),
+          "the wrapped optimizer is still an SGD")
+
+    model, _ = distributed(data, sgd, n, me, groups=2, gradient_predivide_factor=2.0)
+    same_params(check, model, ref, "groups=2, gradient_predivide_factor=2")
+    model, _ = distributed(data, sgd, n, me, groups="first two")
+    same_params(check, model, ref, "explicit groups")
+
+    micro = batches(steps=3, micro=2)
+    ref2 = reference(micro, sgd)
+    model, _ = distributed(micro, sgd, n, me, backward_passes_per_step=2)
+    same_params(check, model, ref2, "backward_passes_per_step=2")
+
+    model, _ = distributed(data, sgd, n, me, compression=hvd.Compression.fp16)
+    same_params(check, model, ref, "Compression.fp16", tol=5e-3)
+
+    # Sum: each rank's loss is the whole batch's mean over n, so the sum is the mean.
+    ref_sum = reference(data, sgd)
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), **sgd), op=hvd.Sum)
+    for step in data:
+        opt.zero_grad()
+        for x, y in step:
+            (nn.CrossEntropyLoss()(model(shard(x, n, me)), shard(y, n, me)) / n).backward()
+        opt.step()
+    same_params(check, model, ref_sum, "op=Sum, unnamed parameters")
+
+    # A checkpoint that only rank 0 loads, then broadcast_parameters/optimizer_state.
+    ckpt_model = make_model(7)
+    ckpt_opt = torch.optim.Adam(ckpt_model.parameters(), lr=0.01)
+    for x, y in (s[0] for s in data[:3]):
+        ckpt_opt.zero_grad()
+        nn.CrossEntropyLoss()(ckpt_model(x), y).backward()
+        ckpt_opt.step()
+    model = make_model(100 + me)
+    opt = torch.optim.Adam(model.parameters(), lr=0.5)
+    if me == 0:
+        model.load_state_dict(ckpt_model.state_dict())
+        opt.load_state_dict(ckpt_opt.state_dict())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    same_params(check, model, ckpt_model, "broadcast_parameters", tol=0)
+    mine, theirs = opt.state_dict(), ckpt_opt.state_dict()
+    check(mine["param_groups"][0]["lr"] == 0.01, "broadcast_optimizer_state: lr")
+    for key, state in theirs["state"].items():
+        for field in ("exp_avg", "exp_avg_sq"):
+            check.close(mine["state"][key][field], state[field],
+                        "broadcast_optimizer_state: %s %s" % (key, field), rtol=0, atol=0)
+        check(float(mine["state"][key]["step"]) == float(state["step"]), "step %s" % key)
+    # Go on training, distributed, from the restored state: same as the reference going on.
+    dist_opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    dist_opt.load_state_dict(opt.state_dict())
+    x, y = data[3][0]
+    dist_opt.zero_grad()
+    nn.CrossEntropyLoss()(model(shard(x, n, me)), shard(y, n, me)).backward()
+    dist_opt.step()
+    ckpt_opt.zero_grad()
+    nn.CrossEntropyLoss()(ckpt_model(x), y).backward()
+    ckpt_opt.step()
+    same_params(check, model, ckpt_model, "training on from the broadcast checkpoint")
+    obj = hvd.broadcast_object({"epoch": 3} if me == 0 else None, 0)
+    check(obj == {"epoch": 3}, "broadcast_object")
+
+    # SyncBatchNorm over uneven batches (rank r has r + 2 rows) vs BatchNorm on all of them.
+    for dims in (2, 4):
+        rows = [r + 2 for r in range(n)]
+        g = torch.Generator().manual_seed(5)
+        shape = (sum(rows), 4) + ((3, 3) if dims == 4 else ())
+        x_all = torch.randn(shape, generator=g) * 3 + 1
+        w_out = torch.randn(shape, generator=g)
+        start = sum(rows[:me])
+        bn = nn.BatchNorm2d(4) if dims == 4 else nn.BatchNorm1d(4)
+        sbn = hvd.SyncBatchNorm(4)
+        with torch.no_grad():
+            bn.weight.copy_(torch.linspace(0.5, 2, 4))
+            bn.bias.copy_(torch.linspace(-1, 1, 4))
+            sbn.weight.copy_(bn.weight)
+            sbn.bias.copy_(bn.bias)
+        for _ in range(2):  # twice: running statistics accumulate
+            xa = x_all.clone().requires_grad_()
+            out_all = bn(xa)
+            (out_all * w_out).sum().backward()
+            xs = x_all[start:start + rows[me]].clone().requires_grad_()
+            sbn.zero_grad()
+            out = sbn(xs)
+            (out * w_out[start:start + rows[me]]).sum().backward()
+            what = "SyncBatchNorm %dD" % dims
+            check.close(out.detach(), out_all.detach()[start:start + rows[me]], what + " output",
+                        rtol=1e-4, atol=1e-5)
+            check.close(xs.grad, xa.grad[start:start + rows[me]], what + " input grad",
+                        rtol=1e-4, atol=1e-5)
+            check.close(hvd.allreduce(sbn.weight.grad, op=hvd.Sum), bn.weight.grad,
+                        what + " weight grad (summed)", rtol=1e-4, atol=1e-4)
+            check.close(hvd.allreduce(sbn.bias.grad, op=hvd.Sum), bn.bias.grad,
+                        what + " bias grad (summed)", rtol=1e-4, atol=1e-4)
+            bn.weight.grad = None
+            bn.bias.grad = None
+        check.close(sbn.running_mean, bn.running_mean, what + " running_mean", rtol=1e-4)
+        check.close(sbn.running_var, bn.running_var, what + " running_var", rtol=1e-4)
+        sbn.eval()
+        bn.eval()
+        check.close(sbn(x_all[:2]).detach(), bn(x_all[:2]).detach(), what + " eval", rtol=1e-4,
+                    atol=1e-5)
+    hvd.shutdown()
+    check.finish()
+
+
+run(main)

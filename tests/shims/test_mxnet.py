@@ -1,0 +1,176 @@
+"""perseus.mxnet end to end: the rank programs of mxnet_ranks/ (and examples/mxnet_mnist.py) run
+under the built perseusrun with 2 and 3 ranks, in .venv-mxnet (scripts/setup_mxnet.sh: MXNet
+1.9.1 needs numpy < 1.24, so it has its own virtual environment).
+
+Skips, saying why, when .venv-mxnet or the build is missing. PERSEUSRUN and LIBPERSEUS (as
+CTest sets them for tests/comm) and MXNET_PYTHON override the default paths. Each rank program
+checks every result against a reference it computes itself and prints a line this file looks
+for on every rank.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build"
+PERSEUSRUN = os.environ.get("PERSEUSRUN") or str(BUILD / "apps/perseusrun/perseusrun")
+LIBPERSEUS = os.environ.get("LIBPERSEUS") or str(BUILD / "lib/comm/libperseus.so")
+PYTHON = os.environ.get("MXNET_PYTHON") or str(ROOT / ".venv-mxnet/bin/python")
+SHIMS = str(ROOT / "lib/framework_shims")
+RANKS = ROOT / "tests/shims/mxnet_ranks"
+BLACKBOX = ROOT / "tests/blackbox"
+TIMEOUT = float(os.environ.get("MXNET_TEST_TIMEOUT", "300"))
+
+_SCRUB = re.compile(r"\A(OMPI_|PMIX_|PMI_|HOROVOD_|PERSEUS_|SLURM_)")
+
+
+def _missing():
+    if not os.path.exists(PYTHON):
+        return ("%s is missing: run scripts/setup_mxnet.sh (MXNet 1.9.1 in its own virtual "
+                "environment)" % PYTHON)
+    for path in (PERSEUSRUN, LIBPERSEUS):
+        if not os.path.exists(path):
+            return "%s is missing: run scripts/setup.sh" % path
+    probe = subprocess.run([PYTHON, "-c", "import mxnet"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "%s cannot import mxnet: %s" % (PYTHON, probe.stderr.strip()[-500:])
+    return None
+
+
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not _SCRUB.match(k)}
+    env.update(extra)
+    return env
+
+
+def perseusrun(hosts, program, *args, env=None, timeout=TIMEOUT):
+    """perseusrun -H hosts PYTHON program args, with PYTHONPATH and PERSEUS_LIBRARY passed to
+    every rank (-x), in its own session so that a timeout ends the whole job."""
+    cmd = [PERSEUSRUN, "-H", hosts, "-x", "PYTHONPATH=" + SHIMS, "-x",
+           "PERSEUS_LIBRARY=" + LIBPERSEUS, "-x", "MXNET_SUBGRAPH_VERBOSE=0", PYTHON,
+           str(program)] + [str(a) for a in args]
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, errors="replace",
+                         env=env or clean_env(), cwd=str(ROOT), start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError("timed out after %s s\n%s" % (timeout, show_text(p, out, err)))
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def show_text(p, out, err):
+    return "exit %s\n--- stdout ---\n%s\n--- stderr ---\n%s" % (p.returncode, out[-6000:],
+                                                                err[-6000:])
+
+
+def show(proc):
+    return show_text(proc, proc.stdout, proc.stderr)
+
+
+def rank_lines(proc, pattern):
+    """{rank: match} of pattern on each rank's tagged stdout lines."""
+    found = {}
+    for m in re.finditer(r"^\[1,(\d+)\]<stdout>:(.*)$", proc.stdout, re.M):
+        hit = re.match(pattern, m.group(2))
+        if hit:
+            found[int(m.group(1))] = hit
+    return found
+
+
+def run_ranks(n, program, *args):
+    proc = perseusrun("localhost:%d" % n, RANKS / program, *args)
+    assert proc.returncode == 0, show(proc)
+    return proc
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_collectives_against_reference(n):
+    proc = run_ranks(n, "ops.py")
+    passed = rank_lines(proc, r"mxnet ops: (\d+) checks passed")
+    assert sorted(passed) == list(range(n)), show(proc)
+    assert len({m.group(1) for m in passed.values()}) == 1, show(proc)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_distributed_trainer_equals_one_process(n):
+    proc = run_ranks(n, "trainer.py")
+    assert sorted(rank_lines(proc, r"mxnet trainer: ok")) == list(range(n)), show(proc)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_kvstore_and_the_fit_py_pattern(n):
+    proc = run_ranks(n, "kvstore.py")
+    passed = rank_lines(proc, r"mxnet kvstore: (\d+) checks passed")
+    assert sorted(passed) == list(range(n)), show(proc)
+
+
+@pytest.mark.parametrize("n,scope", [(2, 1), (3, 1), (2, 0), (3, 0)])
+def test_sync_batch_norm_matches_batch_norm(n, scope):
+    # One host: comm_scope 0 (the host's ranks) is every rank, as comm_scope 1.
+    proc = run_ranks(n, "sync_bn.py", scope)
+    passed = rank_lines(proc, r"mxnet sync_bn: (\d+) checks passed \(scope (\d), group (.*)\)")
+    assert sorted(passed) == list(range(n)), show(proc)
+    assert {m.group(3) for m in passed.values()} == {str(list(range(n)))}, show(proc)
+
+
+def test_sync_batch_norm_scope_0_groups_by_host():
+    # 4 ranks told (PERSEUS_NODE_RANK) that they sit on 2 hosts: scope 0 averages within each.
+    proc = run_ranks(4, "sync_bn.py", 0, 2)
+    passed = rank_lines(proc, r"mxnet sync_bn: \d+ checks passed \(scope 0, group (.*)\)")
+    assert {r: m.group(1) for r, m in passed.items()} == {
+        0: "[0, 1]", 1: "[0, 1]", 2: "[2, 3]", 3: "[2, 3]"}, show(proc)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_mnist_example_loss_falls(n):
+    proc = perseusrun("localhost:%d" % n, ROOT / "examples/mxnet_mnist.py")
+    assert proc.returncode == 0, show(proc)
+    done = rank_lines(proc, r"done: loss ([\d.]+) -> ([\d.]+), parameters equal on all ranks")
+    assert list(done) == [0], show(proc)
+    first, last = float(done[0].group(1)), float(done[0].group(2))
+    assert last < 0.25 * first, show(proc)
+
+
+# ---- 2 SSH test hosts x 2 ranks (tests/blackbox/testhosts.py) -------------------------------
+
+@pytest.mark.parametrize("scope,groups", [
+    (0, {0: "[0, 1]", 1: "[0, 1]", 2: "[2, 3]", 3: "[2, 3]"}),
+    (1, {r: "[0, 1, 2, 3]" for r in range(4)}),
+])
+def test_sync_batch_norm_two_ssh_hosts(scope, groups):
+    sys.path.insert(0, str(BLACKBOX))
+    try:
+        import testhosts
+    finally:
+        sys.path.remove(str(BLACKBOX))
+    reason = testhosts.unavailable_reason()
+    if reason:
+        pytest.skip("test hosts unavailable: " + reason)
+    with testhosts.TestHosts(2) as hosts:  # skips when it cannot make them; always cleans up
+        env = clean_env(HOME=str(hosts.home))
+        env.pop("SSH_AUTH_SOCK", None)
+        env.pop("SSH_AGENT_PID", None)
+        try:
+            proc = perseusrun(",".join(a + ":2" for a in hosts.addresses),
+                              RANKS / "sync_bn.py", scope, env=env)
+        finally:
+            hosts.kill_leftovers()
+        assert proc.returncode == 0, show(proc)
+        passed = rank_lines(proc, r"mxnet sync_bn: \d+ checks passed \(scope \d, group (.*)\)")
+        assert {r: m.group(1) for r, m in passed.items()} == groups, show(proc)
+        end = time.monotonic() + 5
+        while hosts.leftovers() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert hosts.leftovers() == [], hosts.leftovers()

@@ -1,0 +1,125 @@
+"""perseus.torch (lib/framework_shims) end to end: the rank scripts in ranks/ run under the
+built perseusrun with 2 and 3 ranks on CPU tensors, with the system's torch (/usr/bin/python3).
+
+CTest sets PERSEUSRUN, LIBPERSEUS and PYTHONPATH (to lib/framework_shims); run by hand they
+default to <repo>/build and <repo>/lib/framework_shims. SHIMS_PYTHON picks the interpreter.
+"""
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "build"
+PERSEUSRUN = os.environ.get("PERSEUSRUN") or str(BUILD / "apps/perseusrun/perseusrun")
+LIBPERSEUS = os.environ.get("LIBPERSEUS") or str(BUILD / "lib/comm/libperseus.so")
+SHIMS = str(REPO / "lib/framework_shims")
+PYTHON = os.environ.get("SHIMS_PYTHON") or "/usr/bin/python3"
+RANKS = Path(__file__).resolve().parent / "ranks"
+TIMEOUT = float(os.environ.get("SHIMS_TIMEOUT", "180"))
+
+_SCRUB = re.compile(r"\A(OMPI_|PMIX_|PMI_|HOROVOD_|PERSEUS_|SLURM_)")
+
+try:
+    subprocess.run([PYTHON, "-c", "import torch"], check=True, capture_output=True, timeout=120)
+except (OSError, subprocess.SubprocessError):
+    pytest.skip("%s cannot import torch" % PYTHON, allow_module_level=True)
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not _SCRUB.match(k)}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [SHIMS] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                   if p and p != SHIMS])
+    env["PERSEUS_LIBRARY"] = LIBPERSEUS
+    env["OMP_NUM_THREADS"] = "1"
+    env.update(extra)
+    return env
+
+
+def run_ranks(n, script, *args, env=None):
+    cmd = [PERSEUSRUN, "-np", str(n), "-H", "localhost:%d" % n, PYTHON, str(RANKS / script)]
+    proc = subprocess.run(cmd + list(args), capture_output=True, text=True, errors="replace",
+                          timeout=TIMEOUT, env=env or clean_env(), stdin=subprocess.DEVNULL)
+    return proc
+
+
+def show(proc):
+    return "exit %s\n--- stdout ---\n%s\n--- stderr ---\n%s" % (
+        proc.returncode, proc.stdout[-6000:], proc.stderr[-6000:])
+
+
+def passed_per_rank(proc, label):
+    return {int(m.group(1)): int(m.group(2)) for m in re.finditer(
+        r"^\[1,(\d+)\]<stdout>:%s: (\d+) checks passed" % label, proc.stdout, re.M)}
+
+
+def expect_all_passed(proc, n, label):
+    assert proc.returncode == 0, show(proc)
+    passed = passed_per_rank(proc, label)
+    assert sorted(passed) == list(range(n)), show(proc)
+    assert len(set(passed.values())) == 1 and passed[0] > 0, show(proc)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_horovod_api(n):
+    expect_all_passed(run_ranks(n, "api.py"), n, "api")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_training_matches_one_process(n):
+    # DistributedOptimizer (plain, groups, predivide, backward_passes_per_step, fp16, Sum),
+    # broadcast_parameters/optimizer_state of a checkpoint only rank 0 loaded, SyncBatchNorm.
+    expect_all_passed(run_ranks(n, "train.py"), n, "train")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_ddp_through_perseus(n):
+    expect_all_passed(run_ranks(n, "ddp.py", "on"), n, "ddp")
+
+
+def test_ddp_off_with_perseus_ddp_0():
+    expect_all_passed(run_ranks(2, "ddp.py", "off", env=clean_env(PERSEUS_DDP="0")), 2, "ddp")
+
+
+def test_import_perseus_does_not_import_torch():
+    code = ("import sys, perseus; assert 'torch' not in sys.modules, 'torch imported'; "
+            "import torch.nn.parallel as p; "
+            "assert p.DistributedDataParallel._perseus_patched; print('ok')")
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=clean_env(),
+                          timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, show(proc)
+
+
+def test_ddp_outside_perseusrun_warns_and_keeps_torch(tmp_path):
+    # As under torchrun: no PERSEUS_* variables, so perseus_init fails; DDP must still work.
+    script = tmp_path / "one.py"
+    script.write_text(
+        "import perseus, os, torch, torch.distributed as dist\n"
+        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=os.environ['PORT'])\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))\n"
+        "m(torch.ones(3, 2)).sum().backward()\n"
+        "assert perseus.ddp_stats()['models'] == 0, perseus.ddp_stats()\n"
+        "del m\n"
+        "dist.destroy_process_group()\n"
+        "print('ok')\n")
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=120,
+                          env=clean_env(PORT=str(port)))
+    assert proc.returncode == 0 and "ok" in proc.stdout, show(proc)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("perseus:")]
+    assert len(warnings) == 1 and "could not initialise" in warnings[0], show(proc)
+
+
+def test_missing_library_is_a_clear_error():
+    code = "import perseus.torch as hvd\ntry:\n    hvd.init()\nexcept hvd.PerseusError as e:\n" \
+           "    print('error:', e)\n"
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=clean_env(PERSEUS_LIBRARY="/nonexistent/libperseus.so"))
+    assert "error: could not load libperseus" in proc.stdout, show(proc)
