@@ -86,6 +86,8 @@ EngineSettings read_engine_settings(Lookup lookup) {
   s.stall_shutdown =
       std::chrono::seconds(parse_number(lookup, "PERSEUS_STALL_SHUTDOWN_SECONDS", 0, 0, kWeek));
   s.shared_memory = parse_number(lookup, "PERSEUS_SHM", 1, 0, 1) == 1;
+  s.allreduce_streams =
+      static_cast<int>(parse_number(lookup, "PERSEUS_ALLREDUCE_STREAMS", 1, 1, 64));
   const char *timeline = lookup("PERSEUS_TIMELINE");
   s.timeline = timeline ? timeline : "";
   return s;
@@ -250,15 +252,16 @@ nccl::DeviceExecutor &Engine::device(int ordinal) {
   if (!device_) {
     // Every rank reaches its first device operation at the same point of the agreed order, so
     // they all make the communicator together here.
-    const std::string key = store_.prefix + "nccl/unique_id";
-    const auto exchange = [&](const std::string &mine) {
+    const auto exchange = [&](int lane, const std::string &mine) {
+      const std::string key = store_.prefix + "nccl/" + std::to_string(lane) + "/unique_id";
       if (!mine.empty()) {
         store_.set(key, mine);
         return mine;
       }
       return store_.get(key, job_.init_timeout);
     };
-    device_ = std::make_unique<nccl::DeviceExecutor>(job_.rank, job_.size, ordinal, exchange,
+    device_ = std::make_unique<nccl::DeviceExecutor>(job_.rank, job_.size, ordinal,
+                                                     settings_.allreduce_streams, exchange,
                                                      Clock::now() + job_.init_timeout);
   } else if (device_->device() != ordinal) {
     throw Error(Code::kInvalidArgument,
@@ -480,6 +483,16 @@ void Engine::run(const std::vector<Agreed> &ready) {
     }
     run_allreduces(group);
   }
+  if (!device_queued_.empty()) {
+    // The cycle's device all-reduces were queued on several streams; they are done together.
+    device_->synchronize();
+    const auto finished = Clock::now();
+    for (auto &[name, request] : device_queued_) {
+      timeline_.end(name, finished);
+      succeed(request);
+    }
+    device_queued_.clear();
+  }
 }
 
 void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
@@ -548,6 +561,11 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
         }
       }
     }
+  }
+  if (d.device >= 0) {
+    for (size_t k = 0; k < group.size(); ++k)
+      device_queued_.emplace_back(group[k]->name, requests[k]);
+    return;
   }
   const auto finished = Clock::now();
   for (size_t k = 0; k < group.size(); ++k) {

@@ -52,6 +52,9 @@ struct EngineSettings {
   // PERSEUS_SHM (1; 0 turns it off): host all-reduces through shared memory when every rank is
   // on one host.
   bool shared_memory = true;
+  // PERSEUS_ALLREDUCE_STREAMS (1..64): device all-reduces (fused buffers) are spread over this
+  // many CUDA streams, each with its own NCCL communicator and fusion buffer.
+  int allreduce_streams = 1;
 };
 
 // Reads the PERSEUS_* tuning variables above; Error(kInvalidArgument) naming a bad value.
@@ -122,6 +125,8 @@ class Engine {
   EngineStore store_;
   std::unique_ptr<nccl::DeviceExecutor> device_;
   std::unique_ptr<shm::LocalAllreduce> local_;  // when every rank is on this host
+  // Device all-reduces queued this cycle, completed after DeviceExecutor::synchronize().
+  std::vector<std::pair<std::string, std::shared_ptr<Request>>> device_queued_;
   Negotiator negotiator_;
   Timeline timeline_;
 

@@ -39,6 +39,15 @@ status=0
 } 2>&1 | tee "$OUT/gpu_ops_h200.txt"
 grep -q '^exit: 0$' "$OUT/gpu_ops_h200.txt" || status=1
 {
+  echo "## the same with PERSEUS_ALLREDUCE_STREAMS=4 and 64 KB fusion buffers (fused all-reduces"
+  echo "## spread over 4 streams and communicators)"
+  timeout 180 build/apps/perseusrun/perseusrun -np 1 -H localhost:1 -x NCCL_NVLS_ENABLE=0 \
+    -x PERSEUS_ALLREDUCE_STREAMS=4 -x PERSEUS_FUSION_THRESHOLD=65536 \
+    python3 tests/gpu/gpu_ops_test.py 2>&1
+  echo "exit: $?"
+} 2>&1 | tee "$OUT/gpu_ops_streams4_h200.txt"
+grep -q '^exit: 0$' "$OUT/gpu_ops_streams4_h200.txt" || status=1
+{
   cat "$OUT/versions.txt"
   echo "## python3 bench/gpu_allreduce.py ${GPU_BENCH_ARGS:-}"
   timeout 330 python3 bench/gpu_allreduce.py --json "$OUT/gpu_allreduce_h200.json" ${GPU_BENCH_ARGS:-} 2>&1

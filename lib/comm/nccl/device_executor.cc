@@ -69,152 +69,176 @@ void copy_from_device(int device, void *dst, const void *src, size_t bytes) {
   cuda.check(cuda.stream_synchronize(nullptr), "waiting for the copy of a result");
 }
 
-DeviceExecutor::DeviceExecutor(int rank, int size, int device, const IdExchange &exchange,
+DeviceExecutor::DeviceExecutor(int rank, int size, int device, int lanes,
+                               const LaneIdExchange &exchange,
                                Communicator::Clock::time_point deadline)
-    : cuda_(cuda_api()), device_(device) {
-  communicator_ = std::make_unique<Communicator>(rank, size, device, exchange, deadline);
-  OnDevice on(cuda_, device_);
-  cuda_.check(cuda_.stream_create_with_flags(&stream_, kCudaStreamNonBlocking),
-              "creating Perseus's CUDA stream");
-  cuda_.check(cuda_.event_create_with_flags(&done_, kCudaEventDisableTiming),
-              "creating Perseus's CUDA event");
+    : cuda_(cuda_api()), device_(device), lanes_(static_cast<size_t>(std::max(lanes, 1))) {
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    Lane &lane = lanes_[i];
+    const int index = static_cast<int>(i);
+    lane.communicator = std::make_unique<Communicator>(
+        rank, size, device,
+        [&exchange, index](const std::string &mine) { return exchange(index, mine); }, deadline);
+    OnDevice on(cuda_, device_);
+    cuda_.check(cuda_.stream_create_with_flags(&lane.stream, kCudaStreamNonBlocking),
+                "creating Perseus's CUDA stream");
+    cuda_.check(cuda_.event_create_with_flags(&lane.done, kCudaEventDisableTiming),
+                "creating Perseus's CUDA event");
+  }
 }
 
 DeviceExecutor::~DeviceExecutor() {
-  fusion_.reset();
-  communicator_.reset();
   const int saved = [&] {
     int d = 0;
     cuda_.get_device(&d);
     return d;
   }();
-  cuda_.set_device(device_);
-  if (done_) cuda_.event_destroy(done_);
-  if (stream_) cuda_.stream_destroy(stream_);
+  for (Lane &lane : lanes_) {
+    lane.fusion.reset();
+    lane.communicator.reset();
+    cuda_.set_device(device_);
+    if (lane.done) cuda_.event_destroy(lane.done);
+    if (lane.stream) cuda_.stream_destroy(lane.stream);
+  }
   cuda_.set_device(saved);
 }
 
-void DeviceExecutor::wait_for(void *ready) {
+void DeviceExecutor::wait_for(Lane &lane, void *ready) {
   if (ready) {
-    cuda_.check(cuda_.stream_wait_event(stream_, ready, 0),
+    cuda_.check(cuda_.stream_wait_event(lane.stream, ready, 0),
                 "ordering Perseus's stream after the caller's");
   }
 }
 
-void DeviceExecutor::finish() {
-  cuda_.check(cuda_.event_record(done_, stream_), "cudaEventRecord on Perseus's stream");
+void DeviceExecutor::finish(Lane &lane) {
+  cuda_.check(cuda_.event_record(lane.done, lane.stream), "cudaEventRecord on Perseus's stream");
   // Polls rather than blocks, so that an NCCL failure (a peer lost) is seen while waiting.
   for (;;) {
-    const CudaError state = cuda_.event_query(done_);
+    const CudaError state = cuda_.event_query(lane.done);
     if (state == kCudaSuccess) break;
     if (state != kCudaErrorNotReady) cuda_.check(state, "waiting for Perseus's stream");
-    communicator_->check_async_error();
+    lane.communicator->check_async_error();
     std::this_thread::yield();
   }
-  communicator_->check_async_error();
+  lane.communicator->check_async_error();
+  lane.queued = false;
 }
 
-void *DeviceExecutor::scratch(size_t bytes) {
-  if (bytes > fusion_bytes_) {
-    fusion_.reset();
-    fusion_ = allocate_device(device_, bytes);
-    fusion_bytes_ = bytes;
+void DeviceExecutor::synchronize() {
+  for (Lane &lane : lanes_) {
+    if (lane.queued) finish(lane);
   }
-  return fusion_.get();
+}
+
+void *DeviceExecutor::scratch(Lane &lane, size_t bytes) {
+  if (bytes > lane.fusion_bytes) {
+    lane.fusion.reset();
+    lane.fusion = allocate_device(device_, bytes);
+    lane.fusion_bytes = bytes;
+  }
+  return lane.fusion.get();
 }
 
 void DeviceExecutor::allreduce(const std::vector<Piece> &pieces, DataType type, ReduceOp op) {
   OnDevice on(cuda_, device_);
+  Lane &lane = lanes_[next_lane_++ % lanes_.size()];
   const size_t unit = element_size(type);
   size_t total = 0;
   for (const Piece &p : pieces) {
-    wait_for(p.ready);
+    wait_for(lane, p.ready);
     total += p.count;
   }
   if (total == 0) return;
+  lane.queued = true;
   if (pieces.size() == 1 && pieces[0].send) {
-    communicator_->allreduce(pieces[0].send, pieces[0].recv, total, type, op, stream_);
-    finish();
+    lane.communicator->allreduce(pieces[0].send, pieces[0].recv, total, type, op, lane.stream);
     return;
   }
-  auto *buffer = static_cast<uint8_t *>(scratch(total * unit));
+  auto *buffer = static_cast<uint8_t *>(scratch(lane, total * unit));
   size_t offset = 0;
   for (const Piece &p : pieces) {
     const size_t bytes = p.count * unit;
+    if (bytes == 0) continue;
     if (p.send) {
-      cuda_.check(cuda_.memcpy_async(buffer + offset, p.send, bytes, kCudaMemcpyDefault, stream_),
-                  "copying into the fusion buffer");
+      cuda_.check(
+          cuda_.memcpy_async(buffer + offset, p.send, bytes, kCudaMemcpyDefault, lane.stream),
+          "copying into the fusion buffer");
     } else {
-      cuda_.check(cuda_.memset_async(buffer + offset, 0, bytes, stream_),
+      cuda_.check(cuda_.memset_async(buffer + offset, 0, bytes, lane.stream),
                   "zeroing a joined rank's part of the fusion buffer");
     }
     offset += bytes;
   }
-  communicator_->allreduce(buffer, buffer, total, type, op, stream_);
+  lane.communicator->allreduce(buffer, buffer, total, type, op, lane.stream);
   offset = 0;
   for (const Piece &p : pieces) {
     const size_t bytes = p.count * unit;
+    if (bytes == 0) continue;
     if (p.recv) {
-      cuda_.check(cuda_.memcpy_async(p.recv, buffer + offset, bytes, kCudaMemcpyDefault, stream_),
-                  "copying out of the fusion buffer");
+      cuda_.check(
+          cuda_.memcpy_async(p.recv, buffer + offset, bytes, kCudaMemcpyDefault, lane.stream),
+          "copying out of the fusion buffer");
     }
     offset += bytes;
   }
-  finish();
 }
 
 void DeviceExecutor::broadcast(void *buffer, size_t count, DataType type, int root, void *ready) {
   OnDevice on(cuda_, device_);
-  wait_for(ready);
+  Lane &lane = lanes_[0];
+  wait_for(lane, ready);
   if (count == 0) return;
-  if (!buffer) buffer = scratch(count * element_size(type));
-  communicator_->broadcast(buffer, buffer, count, type, root, stream_);
-  finish();
+  if (!buffer) buffer = scratch(lane, count * element_size(type));
+  lane.communicator->broadcast(buffer, buffer, count, type, root, lane.stream);
+  finish(lane);
 }
 
 void DeviceExecutor::allgatherv(const void *send, const std::vector<size_t> &counts, DataType type,
                                 void *out, void *ready) {
   OnDevice on(cuda_, device_);
-  wait_for(ready);
+  Lane &lane = lanes_[0];
+  wait_for(lane, ready);
   if (std::accumulate(counts.begin(), counts.end(), size_t{0}) == 0) return;
-  communicator_->allgatherv(send, out, counts, type, stream_);
-  finish();
+  lane.communicator->allgatherv(send, out, counts, type, lane.stream);
+  finish(lane);
 }
 
 void DeviceExecutor::alltoallv(const void *send, const std::vector<size_t> &send_counts, void *out,
                                const std::vector<size_t> &recv_counts, DataType type, void *ready) {
   OnDevice on(cuda_, device_);
-  wait_for(ready);
-  communicator_->alltoallv(send, send_counts, out, recv_counts, type, stream_);
-  finish();
+  Lane &lane = lanes_[0];
+  wait_for(lane, ready);
+  lane.communicator->alltoallv(send, send_counts, out, recv_counts, type, lane.stream);
+  finish(lane);
 }
 
 void DeviceExecutor::reducescatter(const void *send, void *recv,
                                    const std::vector<size_t> &recv_counts, DataType type,
                                    ReduceOp op, void *ready) {
   OnDevice on(cuda_, device_);
-  wait_for(ready);
+  Lane &lane = lanes_[0];
+  wait_for(lane, ready);
   const size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   if (total == 0) return;
-  const auto rank = static_cast<size_t>(communicator_->rank());
+  const auto rank = static_cast<size_t>(lane.communicator->rank());
   const bool even = std::all_of(recv_counts.begin(), recv_counts.end(),
                                 [&](size_t c) { return c == recv_counts[0]; });
   if (even) {
-    communicator_->reducescatter(send, recv, recv_counts[0], type, op, stream_);
+    lane.communicator->reducescatter(send, recv, recv_counts[0], type, op, lane.stream);
   } else {
     // Uneven blocks: an all-reduce of the whole input, of which this rank keeps its block.
     const size_t unit = element_size(type);
-    auto *buffer = static_cast<uint8_t *>(scratch(total * unit));
-    communicator_->allreduce(send, buffer, total, type, op, stream_);
+    auto *buffer = static_cast<uint8_t *>(scratch(lane, total * unit));
+    lane.communicator->allreduce(send, buffer, total, type, op, lane.stream);
     const size_t offset = std::accumulate(recv_counts.begin(),
                                           recv_counts.begin() + static_cast<long>(rank), size_t{0});
     if (recv_counts[rank]) {
       cuda_.check(cuda_.memcpy_async(recv, buffer + offset * unit, recv_counts[rank] * unit,
-                                     kCudaMemcpyDefault, stream_),
+                                     kCudaMemcpyDefault, lane.stream),
                   "copying this rank's block");
     }
   }
-  finish();
+  finish(lane);
 }
 
 }  // namespace perseus::comm::nccl

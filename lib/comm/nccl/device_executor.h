@@ -4,14 +4,17 @@
 // stream when it submitted (an event recorded then, waited for by our stream: no device-wide
 // synchronisation), with a fusion buffer in device memory for packed all-reduces.
 //
-// Each call returns when the operation's output is final (the engine's thread waits on an event
-// recorded after it), so a request is done only when its result can be read on any stream.
+// All-reduces are spread round-robin over `lanes` streams, each with its own communicator
+// (PERSEUS_ALLREDUCE_STREAMS), and return once queued: the engine calls synchronize() after a
+// cycle's all-reduces and completes their requests then. Every other call returns when its
+// output is final. Either way a request is done only when its result can be read on any stream.
 //
 // Made lazily by the engine at the first agreed device operation, which every rank reaches at
 // the same point; used from the engine's thread only.
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -33,7 +36,9 @@ void copy_from_device(int device, void *dst, const void *src, size_t bytes);
 
 class DeviceExecutor {
  public:
-  DeviceExecutor(int rank, int size, int device, const IdExchange &exchange,
+  // exchange(lane, mine): IdExchange for the communicator of each lane.
+  using LaneIdExchange = std::function<std::string(int lane, const std::string &mine_if_rank0)>;
+  DeviceExecutor(int rank, int size, int device, int lanes, const LaneIdExchange &exchange,
                  Communicator::Clock::time_point deadline);
   ~DeviceExecutor();
   DeviceExecutor(const DeviceExecutor &) = delete;
@@ -49,7 +54,10 @@ class DeviceExecutor {
     size_t count;
     void *ready;  // the submission's event, or null
   };
+  // Queued on the next lane; final after synchronize().
   void allreduce(const std::vector<Piece> &pieces, DataType type, ReduceOp op);
+  // Waits for every lane's queued work; raises NCCL's asynchronous errors.
+  void synchronize();
   // buffer == nullptr: this rank joined and receives into scratch memory.
   void broadcast(void *buffer, size_t count, DataType type, int root, void *ready);
   // out: device memory of the sum of counts; filled in rank order.
@@ -62,17 +70,23 @@ class DeviceExecutor {
                      DataType type, ReduceOp op, void *ready);
 
  private:
-  void wait_for(void *ready);
-  void finish();  // waits until our stream's work is done; raises NCCL's async errors
-  void *scratch(size_t bytes);
+  // One stream with its communicator, completion event and fusion buffer.
+  struct Lane {
+    std::unique_ptr<Communicator> communicator;
+    CudaStream stream = nullptr;
+    CudaEvent done = nullptr;
+    std::shared_ptr<void> fusion;
+    size_t fusion_bytes = 0;
+    bool queued = false;  // work recorded since the last wait
+  };
+  void wait_for(Lane &lane, void *ready);
+  void finish(Lane &lane);  // waits until the lane's work is done; raises NCCL's async errors
+  void *scratch(Lane &lane, size_t bytes);
 
   const CudaApi &cuda_;
   int device_;
-  std::unique_ptr<Communicator> communicator_;
-  CudaStream stream_ = nullptr;
-  CudaEvent done_ = nullptr;
-  std::shared_ptr<void> fusion_;
-  size_t fusion_bytes_ = 0;
+  std::vector<Lane> lanes_;
+  size_t next_lane_ = 0;
 };
 
 }  // namespace perseus::comm::nccl
