@@ -150,9 +150,8 @@ typedef struct perseus_request perseus_request_t;
 
 /* recv[i] = postscale * op over ranks of (prescale * send[i]). send may equal recv. */
 PERSEUS_API int perseus_allreduce_async(const void *send, void *recv, size_t count, int dtype,
-                                        int op, double prescale, double postscale,
-                                        const char *name, int device, void *stream,
-                                        perseus_request_t **request);
+                                        int op, double prescale, double postscale, const char *name,
+                                        int device, void *stream, perseus_request_t **request);
 PERSEUS_API int perseus_broadcast_async(void *buf, size_t count, int dtype, int root,
                                         const char *name, int device, void *stream,
                                         perseus_request_t **request);
@@ -170,10 +169,9 @@ PERSEUS_API int perseus_alltoall_async(const void *send, const size_t *send_coun
 /* send holds size blocks, recv_counts[r] elements for rank r, the same recv_counts on every
  * rank; this rank's recv (recv_counts[rank] elements) = postscale * op over ranks of (prescale *
  * that rank's block number `rank`). */
-PERSEUS_API int perseus_reducescatter_async(const void *send, void *recv,
-                                            const size_t *recv_counts, int dtype, int op,
-                                            double prescale, double postscale, const char *name,
-                                            int device, void *stream,
+PERSEUS_API int perseus_reducescatter_async(const void *send, void *recv, const size_t *recv_counts,
+                                            int dtype, int op, double prescale, double postscale,
+                                            const char *name, int device, void *stream,
                                             perseus_request_t **request);
 
 /* 1 when the request is done (succeeded or failed), 0 while it runs, PERSEUS_ERROR_INVALID_ARGUMENT
