@@ -23,6 +23,10 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kSlotBytes = 256;
 constexpr size_t kSlotPayload = kSlotBytes - sizeof(uint32_t);
 
+// Within kBusyWindow of the last work, the thread polls kPollFor for new work before it sleeps.
+constexpr auto kBusyWindow = std::chrono::milliseconds(1);
+constexpr auto kPollFor = std::chrono::microseconds(50);
+
 // After this long without any work the thread sleeps longer between cycles.
 constexpr auto kIdleAfter = std::chrono::seconds(1);
 constexpr int kIdleFactor = 5;
@@ -147,6 +151,7 @@ void Engine::submit(const std::shared_ptr<Request> &request) {
     }
     request->submitted = Clock::now();
     queue_.push_back(request);
+    queued_.fetch_add(1, std::memory_order_release);
   }
   work_.notify_one();
 }
@@ -156,6 +161,7 @@ void Engine::join(const std::shared_ptr<Request> &request) {
     std::lock_guard lock(mutex_);
     if (!failure_.empty()) throw Error(failure_code_, failure_);
     if (join_) throw Error(Code::kInvalidArgument, "perseus_join is already running on this rank");
+    request->submitted = Clock::now();
     join_ = request;
     join_announced_ = false;
   }
@@ -196,6 +202,24 @@ void Engine::fail(const std::shared_ptr<Request> &request, Code code, const std:
   request->fail(code, message);
 }
 
+void Engine::fail_if_stuck(const std::string &ended, std::chrono::milliseconds after) {
+  bool stuck = false;
+  {
+    std::lock_guard lock(mutex_);
+    const auto now = Clock::now();
+    for (const auto &[name, request] : in_flight_) {
+      stuck = stuck || now - request->submitted > after;
+    }
+    stuck = stuck || (join_ && now - join_->submitted > after);
+  }
+  if (stuck) {
+    fail_everything(Code::kCommunication,
+                    ended +
+                        ", and no collective can complete without it. The job cannot go on: "
+                        "exit with a non-zero code and perseusrun ends the other ranks");
+  }
+}
+
 void Engine::fail_everything(Code code, const std::string &message) {
   std::map<std::string, std::shared_ptr<Request>> requests;
   std::shared_ptr<Request> join;
@@ -227,16 +251,14 @@ void Engine::loop() {
                     "perseus_finalize was called on every rank before this operation ran");
   } catch (const Error &error) {
     std::string message = error.what();
-    if (error.code() == Code::kCommunication || error.code() == Code::kTimeout) {
-      // Close the connections first, so that the ranks waiting on this one fail now too.
-      backend_.reset();
-      if (lost_peers_) {
-        const std::string lost = lost_peers_();
-        if (!lost.empty()) message = lost + "; " + message;
-      }
+    if ((error.code() == Code::kCommunication || error.code() == Code::kTimeout) && lost_peers_) {
+      const std::string lost = lost_peers_();
+      if (!lost.empty()) message = lost + "; " + message;
     }
-    backend_.reset();
+    // The callers first, then the connections: closing them makes the ranks that wait on this
+    // one fail too, but might itself wait on a broken peer.
     fail_everything(error.code(), message);
+    backend_.reset();
   } catch (const std::exception &error) {
     backend_.reset();
     fail_everything(Code::kInternal, std::string("the background thread failed (a bug in "
@@ -347,6 +369,15 @@ void Engine::cycle() {
   std::vector<std::shared_ptr<Request>> fresh;
   bool shutdown = false;
   bool join = false;
+  // Right after work, the next submission usually follows within microseconds (a training
+  // loop's next tensor, a benchmark's next call): poll for it briefly before sleeping, which
+  // saves the wake-up of a sleeping thread on every call.
+  if (Clock::now() - last_work_ < kBusyWindow) {
+    const auto until = Clock::now() + kPollFor;
+    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) {
+      std::this_thread::yield();
+    }
+  }
   {
     std::unique_lock lock(mutex_);
     const bool idle = Clock::now() - last_work_ > kIdleAfter;
@@ -355,6 +386,7 @@ void Engine::cycle() {
                    [this] { return !queue_.empty() || shutdown_ || (join_ && !join_announced_); });
     fresh.assign(queue_.begin(), queue_.end());
     queue_.clear();
+    queued_.store(0, std::memory_order_release);
     shutdown = shutdown_;
     if (join_ && !join_announced_) {
       join = true;

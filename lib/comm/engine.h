@@ -97,6 +97,12 @@ class Engine {
   // agreed by then fail.
   void shutdown();
 
+  // Called from another thread when a peer is known to have ended: if some request has waited
+  // longer than `after`, fails every request (the job's end, as a lost connection would), so
+  // that callers never hang even when the transport misses the loss. The thread itself may stay
+  // blocked in the transport; the process is expected to exit.
+  void fail_if_stuck(const std::string &ended, std::chrono::milliseconds after);
+
   // "<kind>.noname.<n>", n counting this process's unnamed operations of that kind.
   std::string unnamed(OpKind kind);
 
@@ -134,6 +140,7 @@ class Engine {
   std::mutex mutex_;
   std::condition_variable work_;
   std::deque<std::shared_ptr<Request>> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock
   std::map<std::string, std::shared_ptr<Request>> in_flight_;  // submitted, not done
   std::shared_ptr<Request> join_;
   bool join_announced_ = false;

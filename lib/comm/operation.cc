@@ -1,6 +1,7 @@
 #include "lib/comm/operation.h"
 
 #include <array>
+#include <thread>
 
 namespace perseus::comm {
 
@@ -18,6 +19,7 @@ void Request::succeed() {
     done_ = true;
     code_ = Code::kInternal;  // unused on success
     message_.clear();
+    finished_.store(true, std::memory_order_release);
   }
   done_changed_.notify_all();
 }
@@ -29,6 +31,7 @@ void Request::fail(Code code, const std::string &message) {
     done_ = true;
     code_ = code;
     message_ = message.empty() ? "failed" : message;
+    finished_.store(true, std::memory_order_release);
   }
   done_changed_.notify_all();
 }
@@ -39,6 +42,11 @@ bool Request::done() const {
 }
 
 void Request::wait() const {
+  // A short operation is often done within microseconds: poll briefly before sleeping.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(30);
+  while (!finished_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
   std::unique_lock lock(mutex_);
   done_changed_.wait(lock, [this] { return done_; });
   if (!message_.empty()) throw Error(code_, message_);

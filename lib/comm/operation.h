@@ -3,6 +3,7 @@
 // during negotiation) and the request that carries it inside this process (Request: the
 // borrowed buffers, the result, the completion that perseus_wait blocks on).
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -80,6 +81,7 @@ struct Request {
   mutable std::mutex mutex_;
   mutable std::condition_variable done_changed_;
   bool done_ = false;
+  std::atomic<bool> finished_{false};  // done_, readable without the lock
   Code code_ = Code::kInternal;
   std::string message_;
 };

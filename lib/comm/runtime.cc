@@ -117,9 +117,11 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
   EngineStore engine_store;
   engine_store.prefix = "perseus/comm/" + std::to_string(generation) + "/";
   engine_store.set = [this](const std::string &key, const std::string &value) {
+    std::lock_guard lock(store_mutex_);
     store_->set(key, value);
   };
   engine_store.get = [this](const std::string &key, std::chrono::milliseconds timeout) {
+    std::lock_guard lock(store_mutex_);
     try {
       return store_->get(key, timeout);
     } catch (const rendezvous::TimeoutError &error) {
@@ -132,6 +134,33 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
   engine_ = std::make_unique<Engine>(
       job_, std::move(backend), std::move(settings), [this] { return lost_peers(); },
       std::move(engine_store), std::move(local));
+  if (!secret) watchdog_ = std::thread([this] { watch_for_ended_peers(); });
+}
+
+// A rank that has ended can take part in no further collective: once perseusrun says one has
+// ("perseus/exit/first"), operations that have waited kStuckAfter more fail naming it, even if
+// the transport never notices the lost connection (a TCP peer that vanished without a reset, a
+// wait that missed the close). Polls once a second while the runtime lives.
+void Runtime::watch_for_ended_peers() {
+  constexpr auto kPoll = std::chrono::seconds(1);
+  constexpr auto kStuckAfter = std::chrono::seconds(5);
+  std::string ended;
+  std::unique_lock lock(watchdog_mutex_);
+  while (!watchdog_stop_) {
+    watchdog_wake_.wait_for(lock, kPoll, [this] { return watchdog_stop_; });
+    if (watchdog_stop_ || process_exiting()) break;
+    if (ended.empty()) {
+      try {
+        std::lock_guard store_lock(store_mutex_);
+        if (store_->check("perseus/exit/first")) {
+          ended = store_->get("perseus/exit/first", std::chrono::seconds(1));
+        }
+      } catch (const std::exception &) {
+        break;  // the launcher is gone: the transport's own errors must do
+      }
+    }
+    if (!ended.empty()) engine_->fail_if_stuck(ended, kStuckAfter);
+  }
 }
 
 // When every rank is on this host, all-reduces go through shared memory (shm/): the ranks agree
@@ -164,7 +193,16 @@ std::unique_ptr<shm::LocalAllreduce> Runtime::open_local_allreduce(const EngineS
                                                job_.collective_timeout);
 }
 
-Runtime::~Runtime() = default;
+Runtime::~Runtime() { stop_watchdog(); }
+
+void Runtime::stop_watchdog() {
+  {
+    std::lock_guard lock(watchdog_mutex_);
+    watchdog_stop_ = true;
+  }
+  watchdog_wake_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
 
 // perseusrun publishes "perseus/exit/<rank>" in the store when a rank's process ends (how, and
 // where). After a lost connection, the peer that ended is usually already there; a survivor
@@ -184,9 +222,9 @@ std::string Runtime::lost_peers() {
       for (int r = 0; r < job_.size && !process_exiting(); ++r) {
         if (r == job_.rank) continue;
         const std::string key = "perseus/exit/" + std::to_string(r);
+        std::lock_guard lock(store_mutex_);
         if (store_->check(key)) {
-          found += (found.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " " +
-                   store_->get(key, std::chrono::seconds(1));
+          found += (found.empty() ? "" : "; ") + store_->get(key, std::chrono::seconds(1));
         }
       }
       if (!found.empty()) return found;
@@ -373,6 +411,9 @@ int Runtime::join(int device) {
   return request->last_rank;
 }
 
-void Runtime::shutdown() { engine_->shutdown(); }
+void Runtime::shutdown() {
+  engine_->shutdown();
+  stop_watchdog();
+}
 
 }  // namespace perseus::comm

@@ -7,8 +7,11 @@
 // value, before anything is submitted) and turns it into a Request for the engine.
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "lib/comm/engine.h"
 #include "lib/comm/job_environment.h"
@@ -67,8 +70,16 @@ class Runtime {
                                                             const EngineSettings &settings);
 
   JobEnvironment job_;
+  void watch_for_ended_peers();
+  void stop_watchdog();
+
+  std::mutex store_mutex_;  // the store's one connection, shared by the engine and the watchdog
   std::unique_ptr<rendezvous::Client> store_;  // kept to learn which peer ended, after a failure
   std::unique_ptr<Engine> engine_;
+  std::thread watchdog_;  // under perseusrun only (it writes the exit notes)
+  std::mutex watchdog_mutex_;
+  std::condition_variable watchdog_wake_;
+  bool watchdog_stop_ = false;
 };
 
 }  // namespace perseus::comm

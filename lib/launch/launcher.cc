@@ -124,6 +124,7 @@ class Launcher {
   JobPlan plan_;
   rendezvous::Secret secret_ = rendezvous::random_secret();
   std::unique_ptr<rendezvous::Server> rendezvous_;
+  bool first_exit_published_ = false;
   std::unique_ptr<OutputRouter> output_;
   std::vector<RankExited> new_failures_;
   std::optional<RankExited> failure_;
@@ -426,9 +427,15 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
                                 ? "was killed by signal " + std::to_string(exited.signal) + " (" +
                                       signal_name(exited.signal) + ")"
                                 : "exited with code " + std::to_string(exited.exit_code);
-    rendezvous_->publish(
-        "perseus/exit/" + std::to_string(exited.rank),
-        "(host " + agent.link->host() + ", pid " + std::to_string(exited.pid) + ") " + how);
+    const std::string note = "rank " + std::to_string(exited.rank) + " (host " +
+                             agent.link->host() + ", pid " + std::to_string(exited.pid) + ") " +
+                             how;
+    rendezvous_->publish("perseus/exit/" + std::to_string(exited.rank), note);
+    // One key for "some rank has ended", so that ranks can watch for it cheaply.
+    if (!first_exit_published_) {
+      rendezvous_->publish("perseus/exit/first", note);
+      first_exit_published_ = true;
+    }
   }
   if ((exited.exit_code != 0 || exited.signal != 0) && !ending_) {
     new_failures_.push_back(exited);

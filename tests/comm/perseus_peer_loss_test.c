@@ -2,7 +2,10 @@
  * argv[2] seconds while every rank loops over allreduces, so that it dies in the middle of one.
  * The others must not hang: each either gets an error from libperseus (printed, exit 3) or is
  * ended by perseusrun's fail-fast. With argv[3] == "ignore-sigterm" the survivors ignore
- * SIGTERM, so that only libperseus's own error can end them in time.
+ * SIGTERM, so that only libperseus's own error can end them in time. With "hold-sockets" as
+ * well, the victim first forks a child that keeps its sockets open (and ignores SIGTERM), so
+ * that the survivors' connections to it never close: only libperseus's watch for ranks that
+ * perseusrun saw end can free them.
  *
  * C99 + POSIX alarm(); only perseus.h from Perseus. */
 #define _POSIX_C_SOURCE 199309L
@@ -15,8 +18,17 @@
 
 #include "perseus/perseus.h"
 
+static int hold_sockets;
+
 static void die(int signo) {
   (void)signo;
+  if (hold_sockets && fork() == 0) { /* fork, sigaction, pause: async-signal-safe */
+    struct sigaction ignore;
+    memset(&ignore, 0, sizeof ignore);
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGTERM, &ignore, NULL);
+    for (;;) pause();
+  }
   raise(SIGKILL); /* async-signal-safe; as abrupt as an OOM kill */
 }
 
@@ -25,7 +37,7 @@ int main(int argc, char **argv) {
   static float buf[kCount];
   int rank, round, rc;
   if (argc < 3) {
-    fprintf(stderr, "usage: perseus_peer_loss_test VICTIM SECONDS [ignore-sigterm]\n");
+    fprintf(stderr, "usage: perseus_peer_loss_test VICTIM SECONDS [ignore-sigterm|hold-sockets]\n");
     return 2;
   }
   if (perseus_init() != PERSEUS_SUCCESS) {
@@ -33,10 +45,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   rank = perseus_rank();
+  hold_sockets = argc > 3 && strcmp(argv[3], "hold-sockets") == 0;
   if (rank == atoi(argv[1])) {
     signal(SIGALRM, die);
     alarm((unsigned)atoi(argv[2]));
-  } else if (argc > 3 && strcmp(argv[3], "ignore-sigterm") == 0) {
+  } else if (argc > 3 && (strcmp(argv[3], "ignore-sigterm") == 0 || hold_sockets)) {
     signal(SIGTERM, SIG_IGN);
   }
   printf("rank %d: looping\n", rank);
