@@ -13,6 +13,7 @@ import perseus  # noqa: F401,I001 - first: DDP's gradient all-reduce goes throug
 
 import argparse
 import os
+import sys
 import timeit
 
 import torch
@@ -60,14 +61,19 @@ class TinyResNet(nn.Module):
 
 
 def make_model(name):
-    """'tiny' (built in) or any torchvision.models name (resnet50, ...)."""
+    """'tiny' (built in), any torchvision.models name, or resnet50 (built in without
+    torchvision)."""
     if name == "tiny":
         return TinyResNet()
     try:
         from torchvision import models
     except ImportError:
+        if name == "resnet50":  # examples/_resnet.py: the same network in plain torch
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from _resnet import resnet50
+            return resnet50()
         raise SystemExit("--model %s needs torchvision, which is not installed; use --model tiny"
-                         % name)
+                         " or resnet50" % name)
     return getattr(models, name)()
 
 

@@ -80,6 +80,13 @@ def test_ddp_through_perseus(n):
     expect_all_passed(run_ranks(n, "ddp.py", "on"), n, "ddp")
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_compression_and_nancheck(n):
+    # PERSEUS_ALLREDUCE_DTYPE=fp16|bf16 and Compression.bf16 in DistributedOptimizer and the DDP
+    # hook; PERSEUS_ALLREDUCE_NANCHECK=1 naming the tensor, parameter or DDP bucket.
+    expect_all_passed(run_ranks(n, "compress.py"), n, "compress")
+
+
 def test_ddp_off_with_perseus_ddp_0():
     expect_all_passed(run_ranks(2, "ddp.py", "off", env=clean_env(PERSEUS_DDP="0")), 2, "ddp")
 

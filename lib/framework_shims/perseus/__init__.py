@@ -10,14 +10,15 @@ DDP alone. See lib/framework_shims/README.md.
 """
 import os
 
-from perseus._native import PerseusError  # noqa: F401
+from perseus._native import NonFiniteError, PerseusError  # noqa: F401
 
-__all__ = ["PerseusError", "ddp_stats"]
+__all__ = ["PerseusError", "NonFiniteError", "ddp_stats"]
 
 
 def ddp_stats():
     """What the DDP hook did in this process: {"models": DDP instances that use Perseus,
-    "buckets": gradient buckets all-reduced through Perseus, "skipped": why it is off, or ""}."""
+    "buckets": gradient buckets all-reduced through Perseus, "compressed": those of them sent as
+    float16/bfloat16 (PERSEUS_ALLREDUCE_DTYPE), "skipped": why it is off, or ""}."""
     from perseus import _ddp
     return dict(_ddp.STATS)
 

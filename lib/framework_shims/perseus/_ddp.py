@@ -21,7 +21,7 @@ import threading
 from perseus import _native
 
 _TARGET = "torch.nn.parallel.distributed"
-STATS = {"models": 0, "buckets": 0, "skipped": ""}
+STATS = {"models": 0, "buckets": 0, "compressed": 0, "skipped": ""}
 _lock = threading.Lock()
 _init_state = {"tried": False, "ok": False}
 _model_ids = iter(range(1 << 62))
@@ -144,15 +144,18 @@ def _attach(ddp, register):
         _warn("a DDP model on %s keeps torch.distributed's all-reduce"
               % sorted({p.device.type for p in params}))
         return
-    state = _HookState(next(_model_ids))
+    state = _HookState(next(_model_ids), group_size,
+                       {id(p): name for name, p in ddp.module.named_parameters()})
     register(ddp, state, _allreduce_hook)
     with _lock:
         STATS["models"] += 1
 
 
 class _HookState:
-    def __init__(self, model_id):
+    def __init__(self, model_id, size, names):
         self.model_id = model_id
+        self.size = size
+        self.names = names  # id(parameter) -> its name in the module, for NaN-check errors
 
 
 class _Completer:
@@ -162,23 +165,39 @@ class _Completer:
         self._queue = queue.Queue()
         self._thread = None
 
-    def add(self, request, future, tensor, stream):
+    def add(self, request, future, tensor, stream, sent, check):
+        """sent: the tensor all-reduced (tensor itself, or its float16/bfloat16 copy, copied
+        back into tensor when done); check: None, or (input_nonfinite, label) for the NaN
+        check of the result."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="perseus-ddp", daemon=True)
             self._thread.start()
-        self._queue.put((request, future, tensor, stream))
+        self._queue.put((request, future, tensor, stream, sent, check))
+
+    @staticmethod
+    def _finish(request, tensor, sent, check):
+        request.wait()
+        if check is not None:
+            from perseus.torch import _grad
+            if not _grad.finite(sent):
+                input_nonfinite, label = check
+                raise _grad.nonfinite_error(
+                    label, sent, input_nonfinite,
+                    None if sent is tensor else str(sent.dtype).replace("torch.", ""))
+        if sent is not tensor:
+            tensor.copy_(sent)
 
     def _run(self):
         import torch
         while True:
-            request, future, tensor, stream = self._queue.get()
+            request, future, tensor, stream, sent, check = self._queue.get()
             try:
                 if stream is not None:
                     with torch.cuda.stream(stream):
-                        request.wait()
+                        self._finish(request, tensor, sent, check)
                         future.set_result(tensor)
                 else:
-                    request.wait()
+                    self._finish(request, tensor, sent, check)
                     future.set_result(tensor)
             except Exception as e:  # noqa: BLE001 - handed to DDP through the future
                 future.set_exception(e)
@@ -189,22 +208,45 @@ class _Completer:
 _completer = _Completer()
 
 
+def _bucket_label(state, bucket, index):
+    params = bucket.parameters() if hasattr(bucket, "parameters") else []
+    names = [state.names.get(id(p), "?") for p in params]
+    return "DDP gradient bucket %d (parameters %s)" % (index, ", ".join(names) or "unknown")
+
+
 def _allreduce_hook(state, bucket):
     import torch
-    from perseus.torch import _tensors
+    from perseus.torch import _grad, _tensors
     tensor = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
     index = bucket.index() if hasattr(bucket, "index") else 0
+    # PERSEUS_ALLREDUCE_DTYPE: a float32 bucket travels as float16/bfloat16, divided by the
+    # number of ranks before the cast (so that the sum cannot overflow where the average would
+    # not) and summed; copied back into the bucket when done.
+    wire = _grad.allreduce_dtype() if tensor.dtype == torch.float32 else None
+    if wire is not None:
+        sent = (tensor / state.size if state.size > 1 else tensor).to(wire)
+        op = _native.SUM
+    else:
+        sent, op = tensor, _native.AVERAGE
     name = "perseus.ddp.%d.bucket.%d.%d" % (state.model_id, index, tensor.numel())
-    ptr, count, dtype, device, stream = _tensors.describe(tensor, "DDP gradient bucket " + name)
-    request = _native.allreduce_async(ptr, ptr, count, dtype, _native.AVERAGE, 1.0, 1.0, name,
+    if wire is not None:
+        name += "." + str(wire).replace("torch.", "")
+    check = None
+    if _grad.nancheck():
+        check = (not _grad.finite(sent), _bucket_label(state, bucket, index))
+    ptr, count, dtype, device, stream = _tensors.describe(sent, "DDP gradient bucket " + name)
+    request = _native.allreduce_async(ptr, ptr, count, dtype, op, 1.0, 1.0, name,
                                       device, stream, what="allreduce of DDP bucket " + name,
-                                      keep=(tensor,))
+                                      keep=(sent,))
     with _lock:
         STATS["buckets"] += 1
+        if wire is not None:
+            STATS["compressed"] += 1
     if tensor.is_cuda:
         future = torch.futures.Future(devices=[tensor.device])
-        _completer.add(request, future, tensor, torch.cuda.current_stream(tensor.device))
+        _completer.add(request, future, tensor, torch.cuda.current_stream(tensor.device), sent,
+                       check)
     else:
         future = torch.futures.Future()
-        _completer.add(request, future, tensor, None)
+        _completer.add(request, future, tensor, None, sent, check)
     return future

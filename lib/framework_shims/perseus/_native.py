@@ -59,6 +59,17 @@ class PerseusError(RuntimeError):
         self.detail = detail
 
 
+class NonFiniteError(PerseusError):
+    """PERSEUS_ALLREDUCE_NANCHECK=1 found a NaN or Inf in an all-reduce's result. .tensor names
+    it (the tensor's name, a parameter's name, or a DDP bucket and its parameters);
+    .input_nonfinite says whether this rank's own input already had one."""
+
+    def __init__(self, message, tensor="", input_nonfinite=None):
+        super().__init__(message, ERROR_INVALID_ARGUMENT)
+        self.tensor = tensor
+        self.input_nonfinite = input_nonfinite
+
+
 def dtype_code(name):
     """The perseus_dtype_t of a numpy/torch dtype name ("float32", "torch.float32", ...)."""
     key = str(name).rsplit(".", 1)[-1]

@@ -4,8 +4,8 @@ import pickle
 import torch
 
 from perseus import _native
-from perseus._native import PerseusError
-from perseus.torch import _tensors
+from perseus._native import NonFiniteError, PerseusError  # noqa: F401
+from perseus.torch import _grad, _tensors
 from perseus.torch.compression import Compression
 
 # Horovod's values for its reduction constants.
@@ -192,15 +192,46 @@ def _resolve_op(op, average):
 
 # ---- allreduce -----------------------------------------------------------------------------
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor):
+def _scale_(tensor, factor):
+    """tensor *= factor in place, with torch (libperseus refuses scale factors on device memory)."""
+    if tensor.is_floating_point():
+        tensor.mul_(factor)
+    else:
+        tensor.copy_(tensor.double() * factor)
+    return tensor
+
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, label=None,
+                     check=None):
+    """label: what a NaN check's error calls the tensor (default: its name); check: whether to
+    check for NaN/Inf (default: PERSEUS_ALLREDUCE_NANCHECK)."""
     what = _what("allreduce", name, tensor)
     send = tensor if output is tensor else tensor.contiguous()
+    check = (_grad.nancheck() if check is None else check) and send.is_floating_point()
+    input_nonfinite = check and not _grad.finite(send)
+    pre, post = float(prescale_factor), float(postscale_factor)
+    # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
+    device_scale = send.is_cuda and (pre != 1.0 or post != 1.0)
+    if device_scale:
+        if pre != 1.0:
+            send = _scale_(send, pre) if output is tensor else _scale_(send.clone(), pre)
+        pre_lib, post_lib = 1.0, 1.0
+    else:
+        pre_lib, post_lib = pre, post
     src, count, code, device, stream = _tensors.describe(send, what)
     dst = _tensors.describe(output, what)[0]
-    request = _native.allreduce_async(src, dst, count, code, _OPS[op], prescale_factor,
-                                      postscale_factor, name, device, stream, what=what,
-                                      keep=(send, output))
-    return Handle([request], lambda: output)
+    request = _native.allreduce_async(src, dst, count, code, _OPS[op], pre_lib, post_lib, name,
+                                      device, stream, what=what, keep=(send, output))
+
+    def finish():
+        if device_scale and post != 1.0:
+            _scale_(output, post)
+        if check and not _grad.finite(output):
+            raise _grad.nonfinite_error(label or (
+                "tensor '%s'" % name if name else "unnamed tensor"), output, input_nonfinite)
+        return output
+
+    return Handle([request], finish)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -255,7 +286,7 @@ def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor):
     handles = [_allreduce_async(t, o, _group_name(name, i), op, prescale_factor,
                                 postscale_factor) for i, (t, o) in enumerate(zip(tensors, outputs))]
     requests = [r for h in handles for r in h._requests]
-    return Handle(requests, lambda: list(outputs))
+    return Handle(requests, lambda: [h._finish() for h in handles])
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -490,11 +521,26 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         row *= d
     rows = _rows_per_rank(send.shape[0], n)
     output = torch.empty((rows[me],) + rest, dtype=send.dtype, device=send.device)
+    pre, post = float(prescale_factor), float(postscale_factor)
+    # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
+    device_scale = send.is_cuda and (pre != 1.0 or post != 1.0)
+    if device_scale:
+        if pre != 1.0:
+            send = _scale_(send.clone(), pre)
+        pre, post_lib = 1.0, 1.0
+    else:
+        post_lib = post
     src, _, code, device, stream = _tensors.describe(send, what)
     request = _native.reducescatter_async(src, output.data_ptr(), [r * row for r in rows], code,
-                                          _OPS[op], prescale_factor, postscale_factor, name,
+                                          _OPS[op], pre, post_lib, name,
                                           device, stream, what=what, keep=(send, output))
-    return Handle([request], lambda: output)
+
+    def finish():
+        if device_scale and post != 1.0:
+            _scale_(output, post)
+        return output
+
+    return Handle([request], finish)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
@@ -571,5 +617,5 @@ __all__ = [
     "grouped_allreduce_async_", "allgather", "allgather_async", "grouped_allgather",
     "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
-    "broadcast_object", "allgather_object", "Compression",
+    "broadcast_object", "allgather_object", "Compression", "NonFiniteError",
 ]

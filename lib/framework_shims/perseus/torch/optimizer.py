@@ -7,7 +7,7 @@ import warnings
 import torch
 
 from perseus.torch import ops
-from perseus.torch.compression import Compression
+from perseus.torch.compression import from_env as compression_from_env
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -113,13 +113,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _allreduce_async(self, p):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        tensor, ctx = self._compression.compress(p.grad)
+        # The argument, else PERSEUS_ALLREDUCE_DTYPE (float32 gradients as float16/bfloat16).
+        compression = self._compression or compression_from_env()
+        tensor, ctx = compression.compress(p.grad)
         if tensor is not p.grad:
             tensor = tensor.contiguous()
-        handle = ops.allreduce_async_(tensor, name="allreduce." + self._names[p], op=self._op,
-                                      prescale_factor=self._prescale,
-                                      postscale_factor=self._postscale)
-        return handle, ctx, tensor
+        label = "parameter '%s'" % self._names[p]
+        if tensor.dtype != p.grad.dtype:
+            label += " (sent as %s)" % str(tensor.dtype).replace("torch.", "")
+        handle = ops._allreduce_async(tensor, tensor, "allreduce." + self._names[p],
+                                      ops._resolve_op(self._op, None), self._prescale,
+                                      self._postscale, label=label)
+        return handle, compression, ctx, tensor
 
     def synchronize(self):
         """Waits for every gradient's all-reduce (submitting those whose hook did not run, e.g.
@@ -129,13 +134,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._handles[p] = self._allreduce_async(p)
         for g in self._group_ready:
             g.clear()
-        for p, (handle, ctx, tensor) in self._handles.items():
-            output = ops.synchronize(handle)
-            result = self._compression.decompress(output, ctx)
-            if result is not p.grad:
-                p.grad.copy_(result)
-            self._delay[p] = self.backward_passes_per_step
-        self._handles.clear()
+        nonfinite = []
+        try:
+            for p, (handle, compression, ctx, tensor) in self._handles.items():
+                self._delay[p] = self.backward_passes_per_step
+                try:
+                    output = ops.synchronize(handle)
+                except ops.NonFiniteError as e:  # every all-reduce is waited for first
+                    nonfinite.append(e)
+                    continue
+                result = compression.decompress(output, ctx)
+                if result is not p.grad:
+                    p.grad.copy_(result)
+        finally:
+            self._handles.clear()
+        if nonfinite:
+            first = nonfinite[0]
+            names = [e.tensor for e in nonfinite]
+            message = str(first)
+            if len(nonfinite) > 1:
+                message += "; also in %s" % ", ".join(names[1:])
+            raise ops.NonFiniteError(message, ", ".join(names),
+                                     any(e.input_nonfinite for e in nonfinite))
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -164,13 +184,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op=ops.Average,
                          gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=ops.global_process_set):
     """Wraps a torch optimizer so that step() uses the gradients averaged (op=Average) or summed
     over every rank. Like Horovod's, it rebuilds the optimizer from its param_groups (its
-    state, if any, is not carried over: wrap before loading a checkpoint)."""
+    state, if any, is not carried over: wrap before loading a checkpoint).
+
+    compression: Compression.none, .fp16 or .bf16; when not given, PERSEUS_ALLREDUCE_DTYPE
+    (fp16 or bf16) casts float32 gradients, else none. With PERSEUS_ALLREDUCE_NANCHECK=1, step()
+    and synchronize() raise perseus.NonFiniteError naming the parameters whose averaged gradient
+    holds a NaN or Inf."""
     ops._check_process_set(process_set)
     if sparse_as_dense:
         raise NotImplementedError("sparse gradients (sparse_as_dense) are not supported")
