@@ -548,7 +548,14 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
     // One tensor needs no fusion buffer: it is reduced where it lies.
     void *buffer = nullptr;
     const bool direct = group.size() == 1 && requests[0] != nullptr;
-    if (direct) {
+    if (direct && local_ && d.prescale == 1.0) {
+      // Shared memory reads the input where it lies: no copy into recv first.
+      const auto sent = Clock::now();
+      local_->allreduce(requests[0]->send, requests[0]->recv, total, d.type, d.op);
+      scale_elements(requests[0]->recv, total, d.type, d.postscale);
+      timeline_.span(group[0]->name, "SHM_ALLREDUCE", sent, Clock::now());
+      buffer = nullptr;
+    } else if (direct) {
       buffer = requests[0]->recv;
       if (requests[0]->send != buffer) std::memcpy(buffer, requests[0]->send, total * unit);
     } else {
@@ -571,12 +578,14 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
         }
       }
     }
-    scale_elements(buffer, total, d.type, d.prescale);
     const auto sent = Clock::now();
-    host_allreduce(buffer, total, d.type, d.op);
-    scale_elements(buffer, total, d.type, d.postscale);
+    if (buffer) {
+      scale_elements(buffer, total, d.type, d.prescale);
+      host_allreduce(buffer, total, d.type, d.op);
+      scale_elements(buffer, total, d.type, d.postscale);
+    }
     const auto reduced = Clock::now();
-    if (timeline_.enabled()) {
+    if (timeline_.enabled() && buffer) {
       const char *phase = local_ ? "SHM_ALLREDUCE" : "GLOO_ALLREDUCE";
       for (const Agreed *a : group) timeline_.span(a->name, phase, sent, reduced);
     }

@@ -303,33 +303,44 @@ void LocalAllreduce::release() noexcept {
 }
 
 void LocalAllreduce::allreduce(void *buffer, size_t count, DataType type, ReduceOp op) {
+  allreduce(buffer, buffer, count, type, op);
+}
+
+void LocalAllreduce::allreduce(const void *send, void *recv, size_t count, DataType type,
+                               ReduceOp op) {
   if (!broken_.empty()) {
     throw Error(Code::kCommunication,
                 "shared-memory all-reduce: unusable after an earlier failure: " + broken_);
   }
   const size_t unit = element_size(type);
   const ReduceFunction reduce = reduce_function(type, op);
-  if (count == 0 || size_ == 1) return;  // the average over one rank is the buffer itself
+  if (count == 0) return;
   if (count > SIZE_MAX / unit) {
     throw Error(Code::kInvalidArgument,
                 "shared-memory all-reduce: count " + std::to_string(count) + " is too large");
   }
-  auto *data = static_cast<uint8_t *>(buffer);
   const size_t bytes = count * unit;
+  if (size_ == 1) {  // the average over one rank is the input itself
+    if (send != recv) std::memcpy(recv, send, bytes);
+    return;
+  }
+  const auto *in = static_cast<const uint8_t *>(send);
+  auto *out = static_cast<uint8_t *>(recv);
   const size_t capacity = static_cast<size_t>(size_) * block_bytes_;
   for (size_t done = 0; done < bytes;) {
     const size_t round = std::min(bytes - done, capacity);
     const Split split{round, round_up((round + size_ - 1) / size_, kLine)};
     for (int k = 0; k < size_; ++k) {
-      if (k != rank_) std::memcpy(block(rank_, k), data + split.begin(k), split.length(k));
+      if (k != rank_) std::memcpy(block(rank_, k), in + split.begin(k), split.length(k));
     }
     barrier();
-    reduce_round(data, split, reduce, type, op);
+    reduce_round(in, split, reduce, type, op);
     barrier();
     for (int k = 0; k < size_; ++k) {
-      std::memcpy(data + split.begin(k), block(k, k), split.length(k));
+      std::memcpy(out + split.begin(k), block(k, k), split.length(k));
     }
-    data += round;
+    in += round;
+    out += round;
     done += round;
   }
 }

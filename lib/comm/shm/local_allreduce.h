@@ -65,6 +65,9 @@ class LocalAllreduce {
 
   // In place, blocking: buffer[i] = op over every local rank's buffer[i]. Throws as above.
   void allreduce(void *buffer, size_t count, DataType type, ReduceOp op);
+  // The same out of place: send is only read, recv (which must not overlap send unless equal
+  // to it) gets the result.
+  void allreduce(const void *send, void *recv, size_t count, DataType type, ReduceOp op);
 
  private:
   struct Split;
