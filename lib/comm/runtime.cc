@@ -273,7 +273,6 @@ std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
           "on its stream before and after (the torch shim does)");
     }
     const auto &cuda = nccl::cuda_api();
-    const size_t unit = element_size(d.type);
     if (request->send && d.count > 0) {
       nccl::check_device_pointer(cuda, request->send, d.device, "send buffer");
     }
@@ -281,9 +280,15 @@ std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
         d.count > 0) {
       nccl::check_device_pointer(cuda, request->recv, d.device, "recv buffer");
     }
-    (void)unit;
     // Ordered after the work the caller has queued on its stream so far.
     request->ready_event = nccl::record_ready_event(d.device, request->stream);
+  } else if (nccl::cuda_in_use()) {
+    // A CUDA pointer passed as host memory would crash Gloo: refuse it.
+    const auto &cuda = nccl::cuda_api();
+    if (request->send) nccl::check_host_pointer(cuda, request->send, "send buffer");
+    if (request->recv && request->recv != request->send) {
+      nccl::check_host_pointer(cuda, request->recv, "recv buffer");
+    }
   }
   engine_->submit(request);
   return request;

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdio>
 #include <iterator>
 #include <memory>
@@ -100,6 +101,10 @@ const CudaApi &cuda_api() {
   return *result.api;
 }
 
+namespace {
+std::atomic<bool> g_cuda_found{false};  // cuda_available() has run and found a GPU
+}  // namespace
+
 bool cuda_available(std::string *why) {
   static const std::string problem = []() -> std::string {
     try {
@@ -122,6 +127,7 @@ bool cuda_available(std::string *why) {
     }
   }();
   if (why != nullptr) *why = problem;
+  if (problem.empty()) g_cuda_found.store(true, std::memory_order_relaxed);
   return problem.empty();
 }
 
@@ -154,6 +160,8 @@ void check_device_pointer(const CudaApi &cuda, const void *pointer, int device,
 }
 
 bool cuda_in_use() {
+  // Known already (a device operation ran, or perseus_nccl_built() was asked): no probe.
+  if (g_cuda_found.load(std::memory_order_relaxed)) return true;
   // The driver library is loaded by every CUDA runtime (torch's bundled one too) before any
   // device memory exists; RTLD_NOLOAD only looks, it never loads.
   void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
