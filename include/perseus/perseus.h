@@ -182,7 +182,8 @@ PERSEUS_API int perseus_poll(const perseus_request_t *request);
  * perseus_last_error() then gives. May be called again; the request stays valid. */
 PERSEUS_API int perseus_wait(perseus_request_t *request);
 /* After a successful wait on an allgatherv or alltoall: counts[r] = the elements that came from
- * rank r (counts has perseus_size() entries). */
+ * rank r (counts has perseus_size() entries; for an allgatherv in a process set, one per
+ * member). */
 PERSEUS_API int perseus_output_counts(const perseus_request_t *request, size_t *counts);
 /* After a successful wait on an allgatherv or alltoall: copies the result (the sum of the
  * counts, in elements of the request's dtype) to dst, host or device memory as submitted. */
@@ -196,6 +197,31 @@ PERSEUS_API void perseus_release(perseus_request_t *request);
  * operations submitted while a rank has joined fail naming it. *last_rank (may be NULL) = the
  * last rank to join. device: where the zeros are made (PERSEUS_DEVICE_CPU or a CUDA device). */
 PERSEUS_API int perseus_join(int device, int *last_rank);
+
+/* ---- Process sets ----------------------------------------------------------------------
+ *
+ * A process set is a group of ranks that runs operations among themselves only (for example
+ * the ranks of one host, as a synchronised batch norm's comm_scope 0 needs). Set 0,
+ * PERSEUS_GLOBAL_PROCESS_SET, is every rank. Host memory only. Names are per set: the same name
+ * may be in flight in two sets at once (messages show it as "name [process set N]"). */
+#define PERSEUS_GLOBAL_PROCESS_SET 0
+
+/* Collective over every rank (every rank makes the same calls in the same order, members or
+ * not): makes a set of `count` distinct ranks (any order) and gives its number, the same on
+ * every rank, in *process_set. The members connect among themselves now. */
+PERSEUS_API int perseus_add_process_set(const int *ranks, int count, int *process_set);
+/* The asynchronous operations above within a process set: only its members submit them, and
+ * only they take part. root is a rank of the job (a member); allgatherv's result holds the
+ * members' blocks in rank order, and perseus_output_counts gives one count per member. */
+PERSEUS_API int perseus_allreduce_async_in(int process_set, const void *send, void *recv,
+                                           size_t count, int dtype, int op, double prescale,
+                                           double postscale, const char *name,
+                                           perseus_request_t **request);
+PERSEUS_API int perseus_broadcast_async_in(int process_set, void *buf, size_t count, int dtype,
+                                           int root, const char *name, perseus_request_t **request);
+PERSEUS_API int perseus_allgatherv_async_in(int process_set, const void *send, size_t count,
+                                            int dtype, const char *name,
+                                            perseus_request_t **request);
 
 /* What the last failed call of this thread said: the function, the name given to it, what
  * failed with which value, and what to do. "" when none has failed. Valid until this thread's

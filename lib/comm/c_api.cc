@@ -357,6 +357,50 @@ PERSEUS_API void perseus_release(perseus_request_t *request) {
   delete handle;
 }
 
+PERSEUS_API int perseus_add_process_set(const int *ranks, int count, int *process_set) {
+  return with_runtime("perseus_add_process_set", nullptr, [&](Runtime &r) {
+    if (!process_set) {
+      throw perseus::comm::Error(perseus::comm::Code::kInvalidArgument,
+                                 "process_set (the output pointer) is NULL");
+    }
+    *process_set = r.add_process_set(ranks, count);
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_allreduce_async_in(int process_set, const void *send, void *recv,
+                                           size_t count, int dtype, int op, double prescale,
+                                           double postscale, const char *name,
+                                           perseus_request_t **request) {
+  return with_runtime("perseus_allreduce_async_in", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.allreduce(send, recv, count, dtype, op, prescale, postscale, name,
+                                PERSEUS_DEVICE_CPU, nullptr, process_set),
+                    request);
+  });
+}
+
+PERSEUS_API int perseus_broadcast_async_in(int process_set, void *buf, size_t count, int dtype,
+                                           int root, const char *name,
+                                           perseus_request_t **request) {
+  return with_runtime("perseus_broadcast_async_in", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(
+        r.broadcast(buf, count, dtype, root, name, PERSEUS_DEVICE_CPU, nullptr, process_set),
+        request);
+  });
+}
+
+PERSEUS_API int perseus_allgatherv_async_in(int process_set, const void *send, size_t count,
+                                            int dtype, const char *name,
+                                            perseus_request_t **request) {
+  return with_runtime("perseus_allgatherv_async_in", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(
+        r.allgatherv(send, count, dtype, name, PERSEUS_DEVICE_CPU, nullptr, process_set), request);
+  });
+}
+
 PERSEUS_API int perseus_join(int device, int *last_rank) {
   return with_runtime("perseus_join", nullptr, [&](Runtime &r) {
     const int last = r.join(device);

@@ -110,6 +110,7 @@ Engine::Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> ba
       timeline_(job.rank == 0 ? settings_.timeline : ""),
       last_stall_report_(Clock::now()),
       last_work_(Clock::now()) {
+  sets_.push_back(negotiator_.members(0));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -259,6 +260,7 @@ void Engine::loop() {
     // one fail too, but might itself wait on a broken peer.
     fail_everything(error.code(), message);
     backend_.reset();
+    set_backends_.clear();
   } catch (const std::exception &error) {
     backend_.reset();
     fail_everything(Code::kInternal, std::string("the background thread failed (a bug in "
@@ -267,6 +269,7 @@ void Engine::loop() {
   }
   device_.reset();  // on the thread that used it
   local_.reset();
+  set_backends_.clear();
   timeline_.flush();
 }
 
@@ -504,7 +507,7 @@ void Engine::run(const std::vector<Agreed> &ready) {
       const Descriptor &o = other.per_rank[0];
       if (done[j] || !other.error.empty() || o.kind != OpKind::kAllreduce || o.type != d.type ||
           o.op != d.op || o.prescale != d.prescale || o.postscale != d.postscale ||
-          (o.device < 0) != (d.device < 0)) {
+          o.process_set != d.process_set || (o.device < 0) != (d.device < 0)) {
         continue;
       }
       const size_t more = bytes_of(o.count, o.type);
@@ -531,6 +534,8 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
   const Descriptor &d = group.front()->per_rank[0];
   const size_t unit = element_size(d.type);
   const auto me = static_cast<size_t>(job_.rank);
+  if (!group.front()->member[me]) return;  // another process set's operations
+  set_ = d.process_set;
   std::vector<std::shared_ptr<Request>> requests;
   size_t total = 0;
   for (const Agreed *a : group) {
@@ -548,7 +553,7 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
     // One tensor needs no fusion buffer: it is reduced where it lies.
     void *buffer = nullptr;
     const bool direct = group.size() == 1 && requests[0] != nullptr;
-    if (direct && local_ && d.prescale == 1.0) {
+    if (direct && local_ && set_ == 0 && d.prescale == 1.0) {
       // Shared memory reads the input where it lies: no copy into recv first.
       const auto sent = Clock::now();
       local_->allreduce(requests[0]->send, requests[0]->recv, total, d.type, d.op);
@@ -616,6 +621,11 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
 }
 
 void Engine::host_allreduce(void *buffer, size_t count, DataType type, ReduceOp op) {
+  if (set_ != 0) {
+    transport::Backend *backend = set_backend(set_);
+    if (backend) backend->allreduce(buffer, buffer, count, type, op);  // else one member
+    return;
+  }
   if (local_) {
     local_->allreduce(buffer, count, type, op);
   } else {
@@ -623,9 +633,42 @@ void Engine::host_allreduce(void *buffer, size_t count, DataType type, ReduceOp 
   }
 }
 
+transport::Backend *Engine::set_backend(int set) {
+  const auto found = set_backends_.find(set);
+  return found == set_backends_.end() ? nullptr : found->second.get();
+}
+
+int Engine::rank_in_set(int rank) const {
+  const auto &ranks = negotiator_.members(set_);
+  return static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+}
+
+bool Engine::member_of(int set, int rank) {
+  std::lock_guard lock(mutex_);
+  if (set < 0 || static_cast<size_t>(set) >= sets_.size()) return false;
+  const auto &ranks = sets_[static_cast<size_t>(set)];
+  return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+}
+
 void Engine::run_one(const Agreed &agreed) {
   const auto me = static_cast<size_t>(job_.rank);
   const Descriptor &d = agreed.per_rank[me];
+  if (agreed.error.empty() && agreed.created_set >= 0) {
+    const auto &ranks = negotiator_.members(agreed.created_set);
+    const auto at = std::find(ranks.begin(), ranks.end(), job_.rank);
+    if (at != ranks.end() && ranks.size() > 1) {
+      // The members connect among themselves now; the others go on.
+      set_backends_[agreed.created_set] = store_.make_backend(
+          agreed.created_set, static_cast<int>(at - ranks.begin()), static_cast<int>(ranks.size()));
+    }
+    {
+      std::lock_guard lock(mutex_);
+      sets_.push_back(ranks);
+    }
+  }
+  if (!agreed.member[me]) return;  // another process set's operation
+  set_ = d.process_set;
+  transport::Backend *backend = set_ == 0 ? backend_.get() : set_backend(set_);
   auto request = agreed.joined[me] ? nullptr : find(agreed.name);
   const auto started = Clock::now();
   timeline_.end(agreed.name, started);
@@ -655,24 +698,30 @@ void Engine::run_one(const Agreed &agreed) {
         scratch.resize(bytes);
         buffer = scratch.data();
       }
-      backend_->broadcast(buffer, bytes, DataType::kUint8, d.root);
+      if (backend) backend->broadcast(buffer, bytes, DataType::kUint8, rank_in_set(d.root));
       break;
     }
     case OpKind::kAllgatherv: {
-      std::vector<size_t> counts(size);
-      std::vector<size_t> bytes(size);
+      // In rank order among the process set's members.
+      const auto &ranks = negotiator_.members(set_);
+      std::vector<size_t> counts;
+      std::vector<size_t> bytes;
       size_t total = 0;
-      for (size_t r = 0; r < size; ++r) {
-        counts[r] = static_cast<size_t>(agreed.per_rank[r].count);
-        bytes[r] = counts[r] * unit;
-        total += bytes[r];
+      for (int r : ranks) {
+        counts.push_back(static_cast<size_t>(agreed.per_rank[static_cast<size_t>(r)].count));
+        bytes.push_back(counts.back() * unit);
+        total += bytes.back();
       }
       request->output.resize(total);
       request->output_counts = counts;
       if (total == 0) break;
       uint8_t dummy = 0;
-      const void *send = bytes[me] ? request->send : &dummy;
-      backend_->allgatherv(send, request->output.data(), bytes);
+      const void *send = d.count ? request->send : &dummy;
+      if (backend) {
+        backend->allgatherv(send, request->output.data(), bytes);
+      } else {
+        std::memcpy(request->output.data(), send, total);  // a set of one
+      }
       break;
     }
     case OpKind::kAlltoall: {
@@ -718,6 +767,9 @@ void Engine::run_one(const Agreed &agreed) {
     }
     case OpKind::kBarrier:  // agreement itself proved that every rank has arrived
     case OpKind::kJoin:
+      break;
+    case OpKind::kAddProcessSet:
+      if (request) request->last_rank = agreed.created_set;
       break;
   }
   timeline_.end(agreed.name, Clock::now());

@@ -72,6 +72,9 @@ struct EngineStore {
   std::function<void(const std::string &key, const std::string &value)> set;
   std::function<std::string(const std::string &key, std::chrono::milliseconds timeout)> get;
   std::string prefix;  // keys of this perseus_init: "perseus/comm/<init number>/"
+  // Connects the members of a new process set among themselves (collective among them).
+  std::function<std::unique_ptr<transport::Backend>(int set, int rank_in_set, int set_size)>
+      make_backend;
 };
 
 class Engine {
@@ -103,6 +106,9 @@ class Engine {
   // blocked in the transport; the process is expected to exit.
   void fail_if_stuck(const std::string &ended, std::chrono::milliseconds after);
 
+  // Whether `rank` is a member of process set `set` (false for a set not made yet).
+  bool member_of(int set, int rank);
+
   // "<kind>.noname.<n>", n counting this process's unnamed operations of that kind.
   std::string unnamed(OpKind kind);
 
@@ -123,6 +129,8 @@ class Engine {
                              const std::vector<std::shared_ptr<Request>> &requests);
   void run_device_one(const Agreed &agreed, const std::shared_ptr<Request> &request);
   void host_allreduce(void *buffer, size_t count, DataType type, ReduceOp op);
+  transport::Backend *set_backend(int set);  // null: this rank alone in it
+  int rank_in_set(int rank) const;           // in set_
 
   const JobEnvironment job_;
   const EngineSettings settings_;
@@ -131,6 +139,8 @@ class Engine {
   EngineStore store_;
   std::unique_ptr<nccl::DeviceExecutor> device_;
   std::unique_ptr<shm::LocalAllreduce> local_;  // when every rank is on this host
+  std::map<int, std::unique_ptr<transport::Backend>> set_backends_;  // sets this rank is in
+  int set_ = 0;  // the process set of the operation running
   // Device all-reduces queued this cycle, completed after DeviceExecutor::synchronize().
   std::vector<std::pair<std::string, std::shared_ptr<Request>>> device_queued_;
   Negotiator negotiator_;
@@ -149,6 +159,7 @@ class Engine {
   Code failure_code_ = Code::kInternal;
   std::string failure_;  // why the engine stopped; "" while it runs
   std::atomic<uint64_t> unnamed_[kOpKinds] = {};
+  std::vector<std::vector<int>> sets_;  // process sets made so far, for member_of()
 
   // The thread's own.
   std::vector<uint8_t> fusion_;

@@ -84,6 +84,7 @@ void put_descriptor(Writer &w, const Descriptor &d) {
   w.put<uint8_t>(static_cast<uint8_t>(d.op));
   w.put<int32_t>(d.root);
   w.put<int32_t>(d.device);
+  w.put<int32_t>(d.process_set);
   w.put<double>(d.prescale);
   w.put<double>(d.postscale);
   w.put<uint64_t>(d.count);
@@ -108,6 +109,8 @@ Descriptor get_descriptor(Reader &r, int ranks) {
   d.op = static_cast<ReduceOp>(op);
   d.root = r.get<int32_t>("root");
   d.device = r.get<int32_t>("device");
+  d.process_set = r.get<int32_t>("process set");
+  if (d.process_set < 0) r.bad("process set " + std::to_string(d.process_set) + " is negative");
   d.prescale = r.get<double>("prescale");
   d.postscale = r.get<double>("postscale");
   d.count = r.get<uint64_t>("count");
@@ -140,10 +143,13 @@ std::string show_scales(const Descriptor &d) {
   return std::to_string(d.prescale) + "/" + std::to_string(d.postscale);
 }
 std::string show_memory(const Descriptor &d) { return d.device < 0 ? "host" : "device"; }
+std::string show_set(const Descriptor &d) { return std::to_string(d.process_set); }
 
 std::vector<Field> fields_for(OpKind kind) {
-  std::vector<Field> fields = {
-      {"operation", show_kind}, {"dtype", show_type}, {"memory", show_memory}};
+  std::vector<Field> fields = {{"operation", show_kind},
+                               {"dtype", show_type},
+                               {"memory", show_memory},
+                               {"process set", show_set}};
   switch (kind) {
     case OpKind::kAllreduce:
       fields.insert(fields.end(),
@@ -156,6 +162,9 @@ std::vector<Field> fields_for(OpKind kind) {
       fields.insert(
           fields.end(),
           {{"recv_counts", show_counts}, {"op", show_op}, {"prescale/postscale", show_scales}});
+      break;
+    case OpKind::kAddProcessSet:
+      fields.push_back({"ranks", show_counts});
       break;
     case OpKind::kAllgatherv:  // counts may differ by design
     case OpKind::kAlltoall:    // each rank's send counts are its own
@@ -200,7 +209,11 @@ RankMessage decode(std::string_view bytes, int from, int ranks) {
 }
 
 Negotiator::Negotiator(int rank, int size)
-    : rank_(rank), size_(size), joined_(static_cast<size_t>(size), false) {}
+    : rank_(rank), size_(size), joined_(static_cast<size_t>(size), false) {
+  std::vector<int> everyone(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) everyone[static_cast<size_t>(r)] = r;
+  sets_.push_back(std::move(everyone));
+}
 
 RankMessage Negotiator::outgoing(const std::vector<Descriptor> &local, bool shutdown, bool join,
                                  std::vector<std::string> cancel) const {
@@ -241,18 +254,43 @@ void Negotiator::announce(int rank, const Descriptor &descriptor, Cycle &cycle,
   cycle.announced.emplace_back(descriptor.name, rank);
 }
 
+// Every member of the operation's process set that has not joined has submitted it. The set is
+// the one named by whoever submitted first; a rank outside it that submits is refused by check().
 bool Negotiator::complete(const Pending &pending) const {
-  for (size_t r = 0; r < pending.per_rank.size(); ++r) {
-    if (!pending.per_rank[r] && !joined_[r]) return false;
+  int set = 0;
+  for (const auto &d : pending.per_rank) {
+    if (d) {
+      set = d->process_set;
+      break;
+    }
+  }
+  if (set < 0 || static_cast<size_t>(set) >= sets_.size()) return true;  // check() refuses it
+  for (int r : sets_[static_cast<size_t>(set)]) {
+    const auto index = static_cast<size_t>(r);
+    if (!pending.per_rank[index] && !joined_[index]) return false;
   }
   return true;
+}
+
+const std::vector<int> &Negotiator::members(int set) const {
+  return sets_.at(static_cast<size_t>(set));
 }
 
 std::string Negotiator::check(const Agreed &agreed) const {
   // The first submitter's descriptor is the reference.
   size_t first = 0;
-  while (agreed.joined[first]) ++first;
+  while (agreed.joined[first] || !agreed.member[first]) ++first;
   const Descriptor &reference = agreed.per_rank[first];
+  if (reference.kind == OpKind::kAddProcessSet) {
+    if (reference.process_set != 0) return "process sets are made by every rank (set 0)";
+    if (reference.counts.empty()) return "a process set needs at least one rank";
+    for (size_t i = 0; i < reference.counts.size(); ++i) {
+      const uint64_t r = reference.counts[i];
+      if (r >= static_cast<uint64_t>(size_) || (i > 0 && r <= reference.counts[i - 1])) {
+        return "its ranks must be distinct, in increasing order and below " + std::to_string(size_);
+      }
+    }
+  }
   for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
     if (!agreed.joined[r]) continue;
     if (reference.kind != OpKind::kAllreduce && reference.kind != OpKind::kBroadcast &&
@@ -271,7 +309,7 @@ std::string Negotiator::check(const Agreed &agreed) const {
     const std::string expected = field.show(reference);
     std::vector<int> differ;
     for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
-      if (!agreed.joined[r] && field.show(agreed.per_rank[r]) != expected) {
+      if (agreed.member[r] && !agreed.joined[r] && field.show(agreed.per_rank[r]) != expected) {
         differ.push_back(static_cast<int>(r));
       }
     }
@@ -352,14 +390,34 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
       continue;
     }
     bool any_joined = false;
+    const int set = first->process_set;
+    agreed.member.assign(static_cast<size_t>(size_), false);
+    if (set >= 0 && static_cast<size_t>(set) < sets_.size()) {
+      for (int r : sets_[static_cast<size_t>(set)]) agreed.member[static_cast<size_t>(r)] = true;
+    }
     for (size_t r = 0; r < it->second.per_rank.size(); ++r) {
       const auto &d = it->second.per_rank[r];
       agreed.per_rank.push_back(d ? *d : *first);
-      agreed.joined[r] = !d;
-      any_joined = any_joined || !d;
+      agreed.joined[r] = agreed.member[r] && !d;
+      any_joined = any_joined || agreed.joined[r];
+      if (d && !agreed.member[r] && agreed.error.empty()) {
+        agreed.error = "rank " + std::to_string(r) + " submitted it in process set " +
+                       std::to_string(set) + ", of which it is not a member";
+      }
     }
-    agreed.error = check(agreed);
-    if (agreed.error.empty() && !any_joined) {
+    if (static_cast<size_t>(set) >= sets_.size()) {
+      agreed.error = "process set " + std::to_string(set) +
+                     " does not exist (perseus_add_process_set "
+                     "makes them, numbered from 1; 0 is every rank)";
+    }
+    if (agreed.error.empty()) agreed.error = check(agreed);
+    if (agreed.error.empty() && first->kind == OpKind::kAddProcessSet) {
+      agreed.created_set = static_cast<int>(sets_.size());
+      std::vector<int> ranks;
+      for (uint64_t r : first->counts) ranks.push_back(static_cast<int>(r));
+      sets_.push_back(std::move(ranks));
+    }
+    if (agreed.error.empty() && !any_joined && first->kind != OpKind::kAddProcessSet) {
       cached_by_name_[agreed.name] = static_cast<uint32_t>(cache_.size());
       cache_.push_back(agreed.per_rank);
     }
@@ -383,11 +441,22 @@ Stall Negotiator::describe(const std::pair<const std::string, Pending> &entry,
               {},
               {},
               std::chrono::duration_cast<std::chrono::seconds>(now - p.first_seen)};
+  int set = 0;
+  for (const auto &d : p.per_rank) {
+    if (d) {
+      set = d->process_set;
+      break;
+    }
+  }
+  std::vector<bool> member(p.per_rank.size(), set != 0 ? false : true);
+  if (set > 0 && static_cast<size_t>(set) < sets_.size()) {
+    for (int r : sets_[static_cast<size_t>(set)]) member[static_cast<size_t>(r)] = true;
+  }
   for (size_t r = 0; r < p.per_rank.size(); ++r) {
     if (p.per_rank[r]) {
       stall.submitted.push_back(static_cast<int>(r));
       stall.kind = p.per_rank[r]->kind;
-    } else if (!joined_[r]) {
+    } else if (member[r] && !joined_[r]) {
       stall.missing.push_back(static_cast<int>(r));
     }
   }

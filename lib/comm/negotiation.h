@@ -55,6 +55,10 @@ struct Agreed {
   // `joined` set.
   std::vector<Descriptor> per_rank;
   std::vector<bool> joined;
+  // The ranks of its process set (all of them for set 0); the others take no part.
+  std::vector<bool> member;
+  // A successful add_process_set: the new set's number.
+  int created_set = -1;
   // Non-empty when the ranks' descriptors disagree (or a joined rank cannot take part): then
   // nothing runs and every rank's request fails with this message.
   std::string error;
@@ -95,6 +99,9 @@ class Negotiator {
                             std::chrono::seconds after) const;
 
   size_t pending() const { return pending_.size(); }
+  // The ranks of a process set (0: every rank), in increasing order; the set must exist.
+  const std::vector<int> &members(int set) const;
+  size_t process_sets() const { return sets_.size(); }
   size_t cached() const { return cache_.size(); }
   bool joined(int rank) const { return joined_[static_cast<size_t>(rank)]; }
 
@@ -119,6 +126,7 @@ class Negotiator {
   std::vector<std::vector<Descriptor>> cache_;
   std::map<std::string, uint32_t> cached_by_name_;  // the newest number of each name
   std::vector<bool> joined_;
+  std::vector<std::vector<int>> sets_;  // process sets by number; 0 is every rank
   int last_joined_ = -1;
 };
 

@@ -7,7 +7,8 @@ namespace perseus::comm {
 
 const char *name_of(OpKind kind) {
   static constexpr std::array<const char *, kOpKinds> kNames = {
-      "allreduce", "broadcast", "allgatherv", "alltoall", "reducescatter", "barrier", "join"};
+      "allreduce",     "broadcast", "allgatherv", "alltoall",
+      "reducescatter", "barrier",   "join",       "add_process_set"};
   const auto index = static_cast<size_t>(kind);
   return index < kNames.size() ? kNames[index] : "unknown";
 }

@@ -26,8 +26,9 @@ enum class OpKind : uint8_t {
   kReducescatter = 4,
   kBarrier = 5,
   kJoin = 6,
+  kAddProcessSet = 7,  // counts: the set's ranks; the result (last_rank) is the set's number
 };
-constexpr int kOpKinds = 7;
+constexpr int kOpKinds = 8;
 
 const char *name_of(OpKind kind);
 
@@ -39,7 +40,8 @@ struct Descriptor {
   DataType type = DataType::kUint8;
   ReduceOp op = ReduceOp::kSum;
   int32_t root = 0;
-  int32_t device = -1;  // -1: host memory
+  int32_t device = -1;      // -1: host memory
+  int32_t process_set = 0;  // 0: every rank
   double prescale = 1.0;
   double postscale = 1.0;
   uint64_t count = 0;

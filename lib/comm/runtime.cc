@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -129,6 +130,18 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
     } catch (const rendezvous::WireError &error) {
       throw Error(Code::kRendezvous, std::string("the job's store: ") + error.what());
     }
+  };
+  engine_store.make_backend = [this, generation, address](int set, int rank_in_set, int set_size) {
+    JobEnvironment sub = job_;
+    sub.rank = rank_in_set;
+    sub.size = set_size;
+    std::lock_guard lock(store_mutex_);
+    RendezvousStore store(
+        *store_,
+        "perseus/comm/" + std::to_string(generation) + "/set/" + std::to_string(set) + "/gloo/",
+        rank_in_set, job_.init_timeout);
+    return std::unique_ptr<transport::Backend>(
+        std::make_unique<gloo::Backend>(sub, store, address));
   };
   auto local = open_local_allreduce(engine_store, settings);
   engine_ = std::make_unique<Engine>(
@@ -296,8 +309,12 @@ std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
 
 std::shared_ptr<Request> Runtime::allreduce(const void *send, void *recv, size_t count, int dtype,
                                             int op, double prescale, double postscale,
-                                            const char *name, int device, void *stream) {
+                                            const char *name, int device, void *stream,
+                                            int process_set) {
   auto request = make(OpKind::kAllreduce, name, dtype, device, stream);
+  check_set(process_set, *request);
+  request->what.process_set = process_set;
+  qualify(*request, process_set);
   const DataType type = request->what.type;
   request->what.op = to_reduce_op(op);
   if (!(prescale == prescale) || !(postscale == postscale)) {
@@ -320,8 +337,16 @@ std::shared_ptr<Request> Runtime::allreduce(const void *send, void *recv, size_t
 }
 
 std::shared_ptr<Request> Runtime::broadcast(void *buffer, size_t count, int dtype, int root,
-                                            const char *name, int device, void *stream) {
+                                            const char *name, int device, void *stream,
+                                            int process_set) {
   auto request = make(OpKind::kBroadcast, name, dtype, device, stream);
+  check_set(process_set, *request);
+  request->what.process_set = process_set;
+  qualify(*request, process_set);
+  if (process_set != 0 && !engine_->member_of(process_set, root)) {
+    throw invalid("root " + std::to_string(root) + " is not a member of process set " +
+                  std::to_string(process_set));
+  }
   if (root < 0 || root >= job_.size) {
     throw invalid("root " + std::to_string(root) + " is not a rank of this job (ranks 0 to " +
                   std::to_string(job_.size - 1) + ")");
@@ -351,8 +376,12 @@ void Runtime::allgather(const void *send, void *recv, size_t count, int dtype, c
 }
 
 std::shared_ptr<Request> Runtime::allgatherv(const void *send, size_t count, int dtype,
-                                             const char *name, int device, void *stream) {
+                                             const char *name, int device, void *stream,
+                                             int process_set) {
   auto request = make(OpKind::kAllgatherv, name, dtype, device, stream);
+  check_set(process_set, *request);
+  request->what.process_set = process_set;
+  qualify(*request, process_set);
   if (count > 0) {
     require_buffer(send, "send", count);
     byte_count(count, request->what.type, job_.size);
@@ -401,6 +430,44 @@ std::shared_ptr<Request> Runtime::reducescatter(const void *send, void *recv,
   request->send = send;
   request->recv = recv;
   return submit(std::move(request));
+}
+
+int Runtime::add_process_set(const int *ranks, int count) {
+  if (!ranks || count < 1) {
+    throw invalid("a process set needs at least one rank (ranks is " +
+                  std::string(ranks ? "given" : "NULL") + ", count " + std::to_string(count) + ")");
+  }
+  std::vector<int> sorted(ranks, ranks + count);
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= job_.size || (i > 0 && sorted[i] == sorted[i - 1])) {
+      throw invalid("rank " + std::to_string(sorted[i]) +
+                    (sorted[i] < 0 || sorted[i] >= job_.size
+                         ? " is not a rank of this job (0 to " + std::to_string(job_.size - 1) + ")"
+                         : " is given twice"));
+    }
+  }
+  auto request = make(OpKind::kAddProcessSet, nullptr, 0, -1, nullptr);
+  request->what.counts.assign(sorted.begin(), sorted.end());
+  submit(request)->wait();
+  return request->last_rank;
+}
+
+void Runtime::check_set(int process_set, Request &request) {
+  if (process_set == 0) return;
+  if (request.what.device >= 0) {
+    throw invalid("process sets move host memory only: device memory goes in set 0");
+  }
+  if (!engine_->member_of(process_set, job_.rank)) {
+    throw invalid("this rank (" + std::to_string(job_.rank) + ") is not a member of process set " +
+                  std::to_string(process_set) +
+                  ", or no such set exists (perseus_add_process_set makes them)");
+  }
+}
+
+// Names are per process set: the same name may run in two sets at once.
+void Runtime::qualify(Request &request, int process_set) {
+  if (process_set != 0) request.what.name += " [process set " + std::to_string(process_set) + "]";
 }
 
 void Runtime::barrier() {

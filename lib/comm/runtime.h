@@ -42,15 +42,19 @@ class Runtime {
   const JobEnvironment &job() const { return job_; }
 
   // The operations of perseus.h: check, then submit. `name` may be null (a generated name).
+  // process_set: 0 for every rank, else a number perseus_add_process_set gave.
   std::shared_ptr<Request> allreduce(const void *send, void *recv, size_t count, int dtype, int op,
                                      double prescale, double postscale, const char *name,
-                                     int device, void *stream);
+                                     int device, void *stream, int process_set = 0);
   std::shared_ptr<Request> broadcast(void *buffer, size_t count, int dtype, int root,
-                                     const char *name, int device, void *stream);
+                                     const char *name, int device, void *stream,
+                                     int process_set = 0);
   // Equal counts, into the caller's recv (the blocking perseus_allgather).
   void allgather(const void *send, void *recv, size_t count, int dtype, const char *name);
   std::shared_ptr<Request> allgatherv(const void *send, size_t count, int dtype, const char *name,
-                                      int device, void *stream);
+                                      int device, void *stream, int process_set = 0);
+  // Collective over every rank: returns the new set's number (1, 2, ...).
+  int add_process_set(const int *ranks, int count);
   std::shared_ptr<Request> alltoall(const void *send, const size_t *send_counts, int dtype,
                                     const char *name, int device, void *stream);
   std::shared_ptr<Request> reducescatter(const void *send, void *recv, const size_t *recv_counts,
@@ -66,6 +70,8 @@ class Runtime {
   std::shared_ptr<Request> make(OpKind kind, const char *name, int dtype, int device, void *stream);
   std::shared_ptr<Request> submit(std::shared_ptr<Request> request);
   std::string lost_peers();
+  void check_set(int process_set, Request &request);
+  static void qualify(Request &request, int process_set);
   std::unique_ptr<shm::LocalAllreduce> open_local_allreduce(const EngineStore &store,
                                                             const EngineSettings &settings);
 

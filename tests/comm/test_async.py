@@ -21,6 +21,8 @@ from test_comm import BUILD, PERSEUSRUN, TIMEOUT, clean_env, run, show  # noqa: 
 
 ASYNC = os.environ.get("PERSEUS_ASYNC_TEST") or str(BUILD / "tests/comm/perseus_async_test")
 STALL = os.environ.get("PERSEUS_STALL_TEST") or str(BUILD / "tests/comm/perseus_stall_test")
+PROCESS_SET = (os.environ.get("PERSEUS_PROCESS_SET_TEST")
+               or str(BUILD / "tests/comm/perseus_process_set_test"))
 BLACKBOX = Path(__file__).resolve().parents[1] / "blackbox"
 
 
@@ -163,3 +165,11 @@ def test_two_ssh_hosts_two_ranks_each(tmp_path):
         while hosts.leftovers() and time.monotonic() < end:
             time.sleep(0.05)
         assert hosts.leftovers() == [], hosts.leftovers()
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_process_sets(n):
+    # Even ranks, odd ranks and every rank but 0 as process sets, with set-0 operations in
+    # between; members only take part; outsiders and unknown sets are refused.
+    proc, _ = run(["-np", str(n), "-H", "localhost:%d" % n, PROCESS_SET])
+    assert_every_rank_ok(proc, n)

@@ -1,0 +1,153 @@
+/* A rank program for tests/comm/test_async.py: process sets. With N ranks (N >= 3): set A is
+ * the even ranks, set B the odd ones, set C every rank but 0. Each rank all-reduces, broadcasts
+ * and all-gathers within its sets while set 0 all-reduces run in between, then checks every
+ * result against what it can compute itself; a rank outside a set must be refused.
+ * Prints "ok (N checks)" and exits 0, or says what differed and exits 1. C99; only perseus.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "perseus/perseus.h"
+
+static int g_rank, g_size, g_failures, g_checks;
+
+static void check(int rc, const char *what) {
+  if (rc != PERSEUS_SUCCESS) {
+    fprintf(stderr, "rank %d: %s failed (%d): %s\n", g_rank, what, rc, perseus_last_error());
+    exit(1);
+  }
+}
+
+static void expect(int ok, const char *what) {
+  ++g_checks;
+  if (!ok) {
+    fprintf(stderr, "rank %d: wrong: %s\n", g_rank, what);
+    ++g_failures;
+  }
+}
+
+static int make_set(int parity_or_minus1, int *members) {
+  int r, n = 0, id = -1;
+  for (r = 0; r < g_size; ++r) {
+    if (parity_or_minus1 < 0 ? r != 0 : r % 2 == parity_or_minus1) members[n++] = r;
+  }
+  check(perseus_add_process_set(members, n, &id), "perseus_add_process_set");
+  return id;
+}
+
+static int in(const int *members, int n, int rank) {
+  int i;
+  for (i = 0; i < n; ++i)
+    if (members[i] == rank) return 1;
+  return 0;
+}
+
+static int count_of(int parity_or_minus1) {
+  int r, n = 0;
+  for (r = 0; r < g_size; ++r)
+    if (parity_or_minus1 < 0 ? r != 0 : r % 2 == parity_or_minus1) ++n;
+  return n;
+}
+
+int main(void) {
+  int even[64], odd[64], notzero[64];
+  int set_even, set_odd, set_c, mine, round;
+  check(perseus_init(), "perseus_init");
+  g_rank = perseus_rank();
+  g_size = perseus_size();
+  if (g_size < 3 || g_size > 64) {
+    fprintf(stderr, "run with 3 to 64 ranks\n");
+    return 2;
+  }
+  set_even = make_set(0, even);
+  set_odd = make_set(1, odd);
+  set_c = make_set(-1, notzero);
+  expect(set_even > 0 && set_odd > set_even && set_c > set_odd, "set numbers 1, 2, 3 in order");
+  mine = g_rank % 2 == 0 ? set_even : set_odd;
+
+  for (round = 0; round < 3; ++round) {
+    perseus_request_t *req[4];
+    double x = g_rank + 1, sum = 0, global = g_rank + 1, expected = 0, c = g_rank + 1;
+    int r, members = count_of(g_rank % 2);
+    char name[64];
+    /* Within this rank's parity set, a set-0 all-reduce in between, and set C. */
+    snprintf(name, sizeof name, "parity.%d", round);
+    check(perseus_allreduce_async_in(mine, &x, &sum, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0,
+                                     name, &req[0]),
+          "allreduce in set");
+    snprintf(name, sizeof name, "global.%d", round);
+    check(perseus_allreduce_async(&global, &global, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0, name,
+                                  PERSEUS_DEVICE_CPU, NULL, &req[1]),
+          "allreduce in set 0");
+    if (g_rank != 0) {
+      snprintf(name, sizeof name, "c.%d", round);
+      check(perseus_allreduce_async_in(set_c, &c, &c, 1, PERSEUS_FLOAT64, PERSEUS_AVERAGE, 1.0, 1.0,
+                                       name, &req[2]),
+            "allreduce in set C");
+      check(perseus_wait(req[2]), "wait set C");
+      perseus_release(req[2]);
+      /* average of 2..N */
+      expect(c == (double)(g_size + 2) / 2.0, "average in set C");
+    }
+    check(perseus_wait(req[0]), "wait in set");
+    check(perseus_wait(req[1]), "wait set 0");
+    perseus_release(req[0]);
+    perseus_release(req[1]);
+    for (r = g_rank % 2; r < g_size; r += 2) expected += r + 1;
+    expect(sum == expected, "sum within the parity set");
+    expect(global == (double)g_size * (g_size + 1) / 2.0, "sum over every rank");
+    (void)members;
+  }
+
+  { /* Broadcast in set C from its last rank; all-gather of different counts in set B. */
+    int value = g_rank == g_size - 1 ? 4242 : -1;
+    perseus_request_t *req;
+    if (g_rank != 0) {
+      check(perseus_broadcast_async_in(set_c, &value, 1, PERSEUS_INT32, g_size - 1, "bcast", &req),
+            "broadcast in set C");
+      check(perseus_wait(req), "wait broadcast");
+      perseus_release(req);
+      expect(value == 4242, "broadcast in set C");
+    }
+    if (g_rank % 2 == 1) {
+      int send[64], got[64 * 64], i, k = 0, n = count_of(1);
+      size_t counts[64];
+      for (i = 0; i <= g_rank; ++i) send[i] = g_rank * 100 + i;
+      check(perseus_allgatherv_async_in(set_odd, send, (size_t)g_rank + 1, PERSEUS_INT32, "gather",
+                                        &req),
+            "allgatherv in set B");
+      check(perseus_wait(req), "wait allgatherv");
+      check(perseus_output_counts(req, counts), "output_counts");
+      check(perseus_output_copy(req, got), "output_copy");
+      perseus_release(req);
+      for (i = 0; i < n; ++i) {
+        int r = odd[i], j;
+        expect(counts[i] == (size_t)r + 1, "allgatherv count of a member");
+        for (j = 0; j <= r; ++j) expect(got[k++] == r * 100 + j, "allgatherv data of a member");
+      }
+    }
+  }
+
+  { /* Refusals: a rank outside the set, a set that does not exist, bad ranks. */
+    double y = 1;
+    int bad[2] = {0, 0}, id;
+    perseus_request_t *req = NULL;
+    int other = g_rank % 2 == 0 ? set_odd : set_even;
+    expect(perseus_allreduce_async_in(other, &y, &y, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0,
+                                      "outsider", &req) == PERSEUS_ERROR_INVALID_ARGUMENT,
+           "a non-member's submission refused");
+    expect(strstr(perseus_last_error(), "not a member") != NULL, "the refusal says why");
+    expect(perseus_allreduce_async_in(99, &y, &y, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0,
+                                      "nowhere", &req) == PERSEUS_ERROR_INVALID_ARGUMENT,
+           "an unknown set refused");
+    expect(perseus_add_process_set(bad, 2, &id) == PERSEUS_ERROR_INVALID_ARGUMENT,
+           "a rank given twice refused");
+    (void)in;
+  }
+
+  check(perseus_barrier(), "barrier");
+  check(perseus_finalize(), "perseus_finalize");
+  if (g_failures) return 1;
+  printf("ok (%d checks)\n", g_checks);
+  return 0;
+}
