@@ -110,6 +110,7 @@ std::string descriptor_head(uint8_t kind, uint8_t type, uint8_t op) {
   put<uint8_t>(out, op);
   put<int32_t>(out, 0);   // root
   put<int32_t>(out, -1);  // device
+  put<int32_t>(out, 0);   // process set
   put<double>(out, 1.0);  // prescale
   put<double>(out, 1.0);  // postscale
   put<uint64_t>(out, 0);  // count
@@ -183,7 +184,7 @@ TEST_CASE("negotiation: decode refuses unknown flags, kinds, dtypes and ops") {
   put<uint32_t>(valid, 0);  // no cancels
   const RankMessage m = decode(valid, 0, 3);
   REQUIRE(m.fresh.size() == 1);
-  CHECK(m.fresh[0].kind == OpKind::kJoin);
+  CHECK(m.fresh[0].kind == OpKind::kAddProcessSet);
   CHECK(m.fresh[0].type == DataType::kFloat64);
   CHECK(m.fresh[0].op == ReduceOp::kProduct);
 }
@@ -606,6 +607,63 @@ TEST_CASE("negotiator: all_shutdown only when every rank said shutdown") {
   CHECK_FALSE(ranks.cycle(p).all_shutdown);  // not cumulative: the flag is sent every cycle
   p.shutdown = {true, true, true};
   CHECK(ranks.cycle(p).all_shutdown);
+}
+
+TEST_CASE("negotiation: process sets are numbered alike everywhere and gate readiness") {
+  std::vector<Negotiator> n;
+  for (int r = 0; r < 4; ++r) n.emplace_back(r, 4);
+  const auto now = std::chrono::steady_clock::now();
+  Descriptor make;
+  make.kind = OpKind::kAddProcessSet;
+  make.name = "set.odd";
+  make.counts = {1, 3};
+  std::vector<RankMessage> all(4);
+  for (auto &m : all) m.fresh = {make};
+  for (auto &x : n) {
+    const auto cycle = x.receive(all, now);
+    REQUIRE(cycle.ready.size() == 1);
+    CHECK(cycle.ready[0].error.empty());
+    CHECK(cycle.ready[0].created_set == 1);
+    CHECK(x.members(1) == std::vector<int>{1, 3});
+  }
+  // An all-reduce in set 1: ready once ranks 1 and 3 have submitted it; 0 and 2 take no part.
+  Descriptor in_set;
+  in_set.kind = OpKind::kAllreduce;
+  in_set.type = DataType::kFloat32;
+  in_set.count = 4;
+  in_set.process_set = 1;
+  in_set.name = "x [process set 1]";
+  std::vector<RankMessage> first(4), second(4);
+  first[1].fresh = {in_set};
+  second[3].fresh = {in_set};
+  for (auto &x : n) {
+    CHECK(x.receive(first, now).ready.empty());
+    const auto cycle = x.receive(second, now);
+    REQUIRE(cycle.ready.size() == 1);
+    CHECK(cycle.ready[0].error.empty());
+    CHECK(cycle.ready[0].member == std::vector<bool>{false, true, false, true});
+  }
+  // A rank outside the set that submits in it makes the operation fail, naming it.
+  std::vector<RankMessage> intruder(4);
+  in_set.name = "y [process set 1]";
+  intruder[0].fresh = {in_set};
+  intruder[1].fresh = {in_set};
+  intruder[3].fresh = {in_set};
+  for (auto &x : n) {
+    const auto cycle = x.receive(intruder, now);
+    REQUIRE(cycle.ready.size() == 1);
+    CHECK(cycle.ready[0].error.find("rank 0 submitted it in process set 1") != std::string::npos);
+  }
+  // Bad sets: repeated ranks, a set that does not exist.
+  make.name = "set.bad";
+  make.counts = {2, 2};
+  for (auto &m : all) m.fresh = {make};
+  for (auto &x : n) {
+    const auto cycle = x.receive(all, now);
+    REQUIRE(cycle.ready.size() == 1);
+    CHECK(cycle.ready[0].error.find("distinct") != std::string::npos);
+    CHECK(x.process_sets() == 2);
+  }
 }
 
 }  // namespace
