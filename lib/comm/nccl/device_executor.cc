@@ -1,6 +1,7 @@
 #include "lib/comm/nccl/device_executor.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <thread>
 
@@ -73,6 +74,9 @@ DeviceExecutor::DeviceExecutor(int rank, int size, int device, int lanes,
                                const LaneIdExchange &exchange,
                                Communicator::Clock::time_point deadline)
     : cuda_(cuda_api()), device_(device), lanes_(static_cast<size_t>(std::max(lanes, 1))) {
+  // NVLink multicast (NVLS) stays off unless the user turns it on: the lent GPU machines must
+  // not use it, and NCCL reads the variable when the communicator is made.
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   for (size_t i = 0; i < lanes_.size(); ++i) {
     Lane &lane = lanes_[i];
     const int index = static_cast<int>(i);
