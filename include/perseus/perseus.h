@@ -96,6 +96,23 @@ PERSEUS_API int perseus_init(void);
  * makes the others' pending operations fail as a lost peer. */
 PERSEUS_API int perseus_finalize(void);
 
+/* Starting without perseusrun or MPI (under torchrun, say, where the framework already has its
+ * own store): one rank serves the job's rendezvous store, the caller hands its address, port
+ * and secret to the other ranks by its own means (torch's store, for example), and every rank
+ * joins with perseus_init_with instead of perseus_init.
+ *
+ * perseus_serve_rendezvous binds `bind_address` (an IPv4 or IPv6 literal the other ranks reach;
+ * never a wildcard) on a free port and serves until the process exits. It writes the address
+ * (NUL-terminated, at most address_size bytes), the port and a fresh 256-bit secret (32 bytes;
+ * keep it off command lines and logs). */
+PERSEUS_API int perseus_serve_rendezvous(const char *bind_address, char *address,
+                                         size_t address_size, int *port, unsigned char secret[32]);
+/* Like perseus_init, with the place and the store given instead of read from perseusrun's
+ * variables (the PERSEUS_* tuning variables still apply). Collective over the `size` ranks. */
+PERSEUS_API int perseus_init_with(int rank, int size, int local_rank, int local_size,
+                                  int cross_rank, int cross_size, const char *rendezvous_address,
+                                  int rendezvous_port, const unsigned char secret[32]);
+
 /* The rank's place: a value >= 0, or PERSEUS_ERROR_NOT_INITIALIZED before perseus_init. Local
  * means on this host; cross means among the ranks with this local rank, one per host. */
 PERSEUS_API int perseus_rank(void);

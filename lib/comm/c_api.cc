@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <shared_mutex>
 #include <string>
+#include <vector>
 
 #include <openssl/crypto.h>
 
@@ -18,6 +20,8 @@
 #include "lib/comm/nccl/nccl_api.h"
 #include "lib/comm/runtime.h"
 #include "lib/comm/types.h"
+#include "lib/rendezvous/server.h"
+#include "lib/rendezvous/wire.h"
 #include "perseus/perseus.h"
 
 namespace perseus::comm {
@@ -178,6 +182,87 @@ PERSEUS_API int perseus_init(void) {
       state().runtime = std::make_unique<Runtime>(read_job_environment(lookup), std::nullopt,
                                                   std::move(settings), generation);
     }
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_serve_rendezvous(const char *bind_address, char *address,
+                                         size_t address_size, int *port, unsigned char secret[32]) {
+  using namespace perseus::comm;
+  return guarded("perseus_serve_rendezvous", nullptr, [&] {
+    if (!bind_address || !address || !port || !secret) {
+      throw Error(Code::kInvalidArgument, "bind_address, address, port and secret must be given");
+    }
+    const auto key = perseus::rendezvous::random_secret();
+    std::unique_ptr<perseus::rendezvous::Server> server;
+    try {
+      server = std::make_unique<perseus::rendezvous::Server>(key, bind_address);
+    } catch (const perseus::rendezvous::WireError &error) {
+      throw Error(Code::kRendezvous, std::string("cannot serve the rendezvous store on ") +
+                                         bind_address + ": " + error.what());
+    }
+    if (server->address().size() + 1 > address_size) {
+      throw Error(Code::kInvalidArgument, "address_size " + std::to_string(address_size) +
+                                              " is too small for " + server->address());
+    }
+    std::memcpy(address, server->address().c_str(), server->address().size() + 1);
+    *port = server->port();
+    std::memcpy(secret, key.data(), key.size());
+    // Serves until the process exits, as perseusrun's does until the job ends.
+    static std::mutex servers_mutex;
+    static auto *servers = new std::vector<std::unique_ptr<perseus::rendezvous::Server>>;
+    std::lock_guard lock(servers_mutex);
+    servers->push_back(std::move(server));
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_init_with(int rank, int size, int local_rank, int local_size,
+                                  int cross_rank, int cross_size, const char *rendezvous_address,
+                                  int rendezvous_port, const unsigned char secret[32]) {
+  using namespace perseus::comm;
+  return guarded("perseus_init_with", nullptr, [&] {
+    std::unique_lock lock(state().mutex);
+    if (state().runtime) return PERSEUS_SUCCESS;
+    if (!rendezvous_address || !secret) {
+      throw Error(Code::kInvalidArgument, "rendezvous_address and secret must be given");
+    }
+    const auto place = [](int r, int n, const char *what) {
+      if (n < 1 || r < 0 || r >= n) {
+        throw Error(Code::kInvalidArgument, std::string(what) + " rank " + std::to_string(r) +
+                                                " is not below its size " + std::to_string(n));
+      }
+    };
+    place(rank, size, "the");
+    place(local_rank, local_size, "the local");
+    place(cross_rank, cross_size, "the cross");
+    if (rendezvous_port < 1 || rendezvous_port > 65535) {
+      throw Error(Code::kInvalidArgument,
+                  "rendezvous_port " + std::to_string(rendezvous_port) + " is not a port");
+    }
+    static const bool exit_handled = [] {
+      OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+      std::atexit([] { process_exiting().store(true); });
+      return true;
+    }();
+    (void)exit_handled;
+    const auto lookup = [](const char *variable) -> const char * { return std::getenv(variable); };
+    JobEnvironment job;
+    job.rank = rank;
+    job.size = size;
+    job.local_rank = local_rank;
+    job.local_size = local_size;
+    job.cross_rank = cross_rank;
+    job.cross_size = cross_size;
+    job.rendezvous_addr = rendezvous_address;
+    job.rendezvous_port = rendezvous_port;
+    read_tuning(lookup, job);
+    perseus::rendezvous::Secret key{};
+    std::memcpy(key.data(), secret, key.size());
+    auto settings = read_engine_settings(lookup);
+    const int generation = state().generation++;
+    state().runtime =
+        std::make_unique<Runtime>(std::move(job), key, std::move(settings), generation);
     return PERSEUS_SUCCESS;
   });
 }
