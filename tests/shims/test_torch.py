@@ -68,6 +68,13 @@ def test_horovod_api(n):
     expect_all_passed(run_ranks(n, "api.py"), n, "api")
 
 
+@pytest.mark.parametrize("n", [3, 4])
+def test_process_sets(n):
+    # add_process_set, process_set= on allreduce/allgather/broadcast (all forms), global
+    # operations in between, an outsider refused. 3 ranks: sets {0, 2} and {1}.
+    expect_all_passed(run_ranks(n, "process_sets.py"), n, "process_sets")
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_training_matches_one_process(n):
     # DistributedOptimizer (plain, groups, predivide, backward_passes_per_step, fp16, Sum),

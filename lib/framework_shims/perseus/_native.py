@@ -48,6 +48,9 @@ OP_NAMES = {SUM: "sum", AVERAGE: "average", MIN: "min", MAX: "max", PRODUCT: "pr
 
 DEVICE_CPU = -1
 
+# PERSEUS_GLOBAL_PROCESS_SET: every rank.
+GLOBAL_PROCESS_SET = 0
+
 
 class PerseusError(RuntimeError):
     """A libperseus call failed. .code is the PERSEUS_ERROR_* value (negative), .detail what
@@ -149,6 +152,13 @@ def _declare(lib):
         "perseus_output_copy": ([c_void, c_void], c_int),
         "perseus_release": ([c_void], None),
         "perseus_join": ([c_int, ctypes.POINTER(c_int)], c_int),
+        "perseus_add_process_set": ([ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_int)],
+                                    c_int),
+        "perseus_allreduce_async_in": ([c_int, c_void, c_void, c_size, c_int, c_int, c_double,
+                                        c_double, c_char, req_pp], c_int),
+        "perseus_broadcast_async_in": ([c_int, c_void, c_size, c_int, c_int, c_char, req_pp],
+                                       c_int),
+        "perseus_allgatherv_async_in": ([c_int, c_void, c_size, c_int, c_char, req_pp], c_int),
     }
     missing = []
     for name, (args, res) in table.items():
@@ -374,20 +384,47 @@ def _size_array(values):
     return (ctypes.c_size_t * len(values))(*values)
 
 
+def _in_set(process_set, device, what):
+    """Whether an operation goes through the *_async_in calls (a set other than the global
+    one); refuses device memory there, which libperseus's process sets do not move."""
+    process_set = int(process_set or GLOBAL_PROCESS_SET)
+    if process_set == GLOBAL_PROCESS_SET:
+        return False
+    if device is not None and device != DEVICE_CPU:
+        raise PerseusError("%s: process set %d holds device memory (cuda:%s), but process sets "
+                           "move host memory only: copy the tensor to the CPU, or use the "
+                           "global process set" % (what, process_set, device),
+                           ERROR_INVALID_ARGUMENT)
+    return True
+
+
 def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,
-                    device=DEVICE_CPU, stream=None, what="allreduce", keep=()):
+                    device=DEVICE_CPU, stream=None, what="allreduce", keep=(),
+                    process_set=GLOBAL_PROCESS_SET):
+    if _in_set(process_set, device, what):
+        return _submit(lib().perseus_allreduce_async_in, what, keep, int(process_set), send,
+                       recv, count, dtype, op, float(prescale), float(postscale), _name(name))
     return _submit(lib().perseus_allreduce_async, what, keep, send, recv, count, dtype, op,
                    float(prescale), float(postscale), _name(name), device, stream)
 
 
 def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, stream=None,
-                    what="broadcast", keep=()):
+                    what="broadcast", keep=(), process_set=GLOBAL_PROCESS_SET):
+    """root is a rank of the job (in a process set: one of its members)."""
+    if _in_set(process_set, device, what):
+        return _submit(lib().perseus_broadcast_async_in, what, keep, int(process_set), buf,
+                       count, dtype, root, _name(name))
     return _submit(lib().perseus_broadcast_async, what, keep, buf, count, dtype, root,
                    _name(name), device, stream)
 
 
 def allgatherv_async(send, count, dtype, name=None, device=DEVICE_CPU, stream=None,
-                     what="allgather", keep=()):
+                     what="allgather", keep=(), process_set=GLOBAL_PROCESS_SET):
+    """In a process set the result holds the members' blocks in rank order: counts(n) with n
+    the set's size."""
+    if _in_set(process_set, device, what):
+        return _submit(lib().perseus_allgatherv_async_in, what, keep, int(process_set), send,
+                       count, dtype, _name(name))
     return _submit(lib().perseus_allgatherv_async, what, keep, send, count, dtype, _name(name),
                    device, stream)
 
@@ -413,3 +450,27 @@ def join(device=DEVICE_CPU):
     last = ctypes.c_int(-1)
     check(lib().perseus_join(device, ctypes.byref(last)), "perseus_join")
     return last.value
+
+
+# ---- process sets --------------------------------------------------------------------------
+
+def add_process_set(ranks):
+    """perseus_add_process_set: collective over EVERY rank (members or not, the same calls in
+    the same order everywhere). ranks: distinct ranks of the job, any order. Returns the set's
+    number (the same on every rank)."""
+    members = [int(r) for r in ranks]
+    arr = (ctypes.c_int * max(len(members), 1))(*members)
+    out = ctypes.c_int(-1)
+    check(lib().perseus_add_process_set(arr, len(members), ctypes.byref(out)),
+          "perseus_add_process_set of ranks %s" % (members,))
+    return out.value
+
+
+def host_process_sets(node_of_rank):
+    """Makes one process set per host, collectively: node_of_rank[r] is rank r's host index
+    (the same list on every rank, e.g. all-gathered PERSEUS_NODE_RANK). Every rank creates
+    every host's set in increasing host order. Returns {host index: (set number, ranks)}."""
+    hosts = {}
+    for r, node in enumerate(node_of_rank):
+        hosts.setdefault(int(node), []).append(r)
+    return {node: (add_process_set(hosts[node]), hosts[node]) for node in sorted(hosts)}

@@ -1,17 +1,22 @@
 """PerseusSyncBatchNorm: batch normalisation whose batch statistics are those of several ranks'
 batches together, without patching or recompiling MXNet.
 
-In training each rank computes per channel (count, sum, sum of squares) of its batch; one
-all-gather gives every rank everyone's, and each rank adds up those of its group: the ranks of
-its host (comm_scope=0) or every rank (comm_scope=1). Mean and (biased) variance follow, and the
-normalisation is made of ordinary NDArray operations recorded by autograd. The all-gather is an
-autograd.Function whose backward all-reduces (sums) the gradient of the gathered statistics, so
-the gradients are those of the loss summed over every rank (what one process computes on the
-combined batch). Outside training, or with use_global_stats, it is gluon.nn.BatchNorm.
+In training each rank computes per channel (count, sum, sum of squares) of its batch and these
+are added up over its group: every rank (comm_scope=1: one all-gather over the job, each rank
+adding up every row) or the ranks of its host (comm_scope=0: one all-reduce, a sum, within a
+libperseus process set of that host's ranks; the other ranks take no part). Mean and (biased)
+variance follow, and the normalisation is made of ordinary NDArray operations recorded by
+autograd. The collective is an autograd.Function whose backward all-reduces (sums) the gradient
+of the statistics over the same group, so the gradients are those of the loss summed over the
+group's ranks (what one process computes on their combined batch). Outside training, or with
+use_global_stats, it is gluon.nn.BatchNorm.
 
 Hosts are told apart by perseusrun's PERSEUS_NODE_RANK (each rank's is all-gathered once), not by
-host names. Not hybridizable: call it imperatively (a parent that is hybridized would hand it
-Symbols; it raises then).
+host names. The hosts' process sets are made once per process, at the first training forward of
+a comm_scope=0 layer: that is collective over every rank (every rank makes every host's set, in
+increasing host order), so every rank must run its first comm_scope=0 training step (all ranks
+use the same model, as in data-parallel training). Not hybridizable: call it imperatively (a
+parent that is hybridized would hand it Symbols; it raises then).
 """
 import os
 
@@ -21,9 +26,11 @@ import mxnet as mx
 from mxnet import autograd
 from mxnet.gluon import nn
 
+from perseus import _native
 from perseus.mxnet import ops
 
 _node_ranks = None
+_host_set = None
 
 
 def _node_rank_env():
@@ -43,6 +50,48 @@ def node_ranks():
         out, _ = ops.allgather_host(mine, "PerseusSyncBatchNorm.node_ranks")
         _node_ranks = [int(v) for v in out]
     return _node_ranks
+
+
+def host_process_set():
+    """(process set number, ranks) of this rank's host. The first call makes every host's set:
+    collective over every rank (see the module's docstring)."""
+    global _host_set
+    if _host_set is None:
+        nodes = node_ranks()
+        sets = _native.host_process_sets(nodes)
+        _host_set = sets[nodes[ops.rank()]]
+    return _host_set
+
+
+def _sum_in_set(array, process_set, name):
+    """The sum over process_set's members of a float NDArray, through host memory."""
+    host = np.ascontiguousarray(array.asnumpy())
+    what = "allreduce of '%s' in process set %d" % (name, process_set)
+    request = _native.allreduce_async(host.ctypes.data, host.ctypes.data, host.size,
+                                      _native.dtype_code(host.dtype.name), _native.SUM,
+                                      name=name, what=what, keep=(host,),
+                                      process_set=process_set)
+    try:
+        request.wait()
+    finally:
+        request.release()
+    return mx.nd.array(host, ctx=array.context, dtype=array.dtype)
+
+
+class _SumStatsInSet(autograd.Function):
+    """(k,) -> (k,): the sum over the process set's members. Backward: the same sum of the
+    gradients (each member's statistics feed every member's total)."""
+
+    def __init__(self, process_set, name):
+        super().__init__()
+        self._set = process_set
+        self._name = name
+
+    def forward(self, stats):
+        return _sum_in_set(stats, self._set, self._name + ".fwd")
+
+    def backward(self, dy):
+        return _sum_in_set(dy, self._set, self._name + ".bwd")
 
 
 class _AllgatherStats(autograd.Function):
@@ -87,22 +136,10 @@ class PerseusSyncBatchNorm(nn.BatchNorm):
         self._mom = momentum
         self._use_global = use_global_stats
         self._calls = 0
-        self._mask = None
 
     @property
     def comm_scope(self):
         return self._comm_scope
-
-    def _group_mask(self):
-        if self._mask is None:
-            if self._comm_scope == 1:
-                mask = [1.0] * ops.size()
-            else:
-                nodes = node_ranks()
-                mine = nodes[ops.rank()]
-                mask = [1.0 if n == mine else 0.0 for n in nodes]
-            self._mask = mask
-        return self._mask
 
     def _finish_shapes(self, channels):
         for p in (self.gamma, self.beta, self.running_mean, self.running_var):
@@ -127,9 +164,10 @@ class PerseusSyncBatchNorm(nn.BatchNorm):
                              x.sum(axis=axes), (x * x).sum(axis=axes), dim=0)
         self._calls += 1
         name = "PerseusSyncBatchNorm.%s.%d" % (self.name, self._calls)
-        gathered = _AllgatherStats(name)(local)
-        mask = mx.nd.array(self._group_mask(), ctx=ctx, dtype=x.dtype).reshape((-1, 1))
-        total = (gathered * mask).sum(axis=0)
+        if self._comm_scope == 1:
+            total = _AllgatherStats(name)(local).sum(axis=0)
+        else:
+            total = _SumStatsInSet(host_process_set()[0], name)(local)
         n = total[0:1]
         mean = total[1:1 + channels] / n
         var = total[1 + channels:1 + 2 * channels] / n - mean * mean

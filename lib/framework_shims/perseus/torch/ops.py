@@ -17,51 +17,98 @@ _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: 
 
 
 class ProcessSet:
-    """Only the global process set exists: every rank of the job."""
+    """A group of ranks whose operations run among themselves only (libperseus's process sets:
+    CPU tensors only outside the global set). Make one with add_process_set(ranks), collectively
+    over every rank; pass it as process_set= to allreduce, allgather, broadcast and their async,
+    in-place and grouped forms. global_process_set is every rank. Ranks are the job's ranks
+    (broadcast's root_rank too)."""
 
-    process_set_id = 0
-    ranks = None
+    def __init__(self, ranks=None):
+        self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
+        self.process_set_id = None
 
     def size(self):
-        return _native.size()
+        return _native.size() if self.ranks is None else len(self.ranks)
 
     def rank(self):
-        return _native.rank()
+        """This process's index in the set (-1 when it is not a member)."""
+        if self.ranks is None:
+            return _native.rank()
+        me = _native.rank()
+        return self.ranks.index(me) if me in self.ranks else -1
 
     def included(self):
-        return True
+        return self.ranks is None or _native.rank() in self.ranks
 
     def __repr__(self):
-        return "ProcessSet(global)"
+        if self.process_set_id == 0:
+            return "ProcessSet(global)"
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
 
 
 global_process_set = ProcessSet()
+global_process_set.process_set_id = _native.GLOBAL_PROCESS_SET
 
 
-def _check_process_set(process_set):
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError("perseus.torch has only the global process set")
+def _set_id(process_set, what="this operation", supported=True):
+    """The libperseus set number of process_set (None: the global set)."""
+    if process_set is None or process_set is global_process_set:
+        return _native.GLOBAL_PROCESS_SET
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError("process_set must be a ProcessSet (from add_process_set), not %r"
+                        % (process_set,))
+    if process_set.process_set_id is None:
+        raise ValueError("%r was not added: call hvd.add_process_set(...) on every rank first"
+                         % (process_set,))
+    if process_set.process_set_id != _native.GLOBAL_PROCESS_SET and not supported:
+        raise NotImplementedError("perseus.torch: %s runs in the global process set only "
+                                  "(allreduce, allgather and broadcast take process_set=)" % what)
+    return process_set.process_set_id
 
 
-def add_process_set(*args, **kwargs):
-    raise NotImplementedError("perseus.torch has only the global process set (add_process_set)")
+def _check_process_set(process_set, what="this operation"):
+    _set_id(process_set, what, supported=False)
+
+
+def _refuse_cuda(tensor, set_id, what):
+    if set_id != _native.GLOBAL_PROCESS_SET and tensor.is_cuda:
+        raise PerseusError("%s: the tensor is on %s, but process sets other than the global one "
+                           "move CPU tensors only (libperseus: host memory): move it to the CPU "
+                           "or use global_process_set" % (what, tensor.device),
+                           _native.ERROR_INVALID_ARGUMENT)
+
+
+def add_process_set(process_set):
+    """Makes a process set of the given ranks (a list, or a ProcessSet not yet added) and
+    returns it as a ProcessSet. Collective over EVERY rank: every rank calls it, members or not,
+    with the same ranks and in the same order."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.ranks is None or process_set is global_process_set:
+        raise ValueError("add_process_set needs the ranks of the set")
+    if process_set.process_set_id is not None:
+        raise ValueError("%r was already added" % (process_set,))
+    process_set.process_set_id = _native.add_process_set(process_set.ranks)
+    return process_set
 
 
 def remove_process_set(*args, **kwargs):
-    raise NotImplementedError("perseus.torch has only the global process set (remove_process_set)")
+    raise NotImplementedError("perseus.torch: process sets cannot be removed (libperseus keeps "
+                              "them until perseus_finalize)")
 
 
 # ---- the process ---------------------------------------------------------------------------
 
 def init(comm=None, process_sets=None):
-    """Joins the job (perseus_init). `comm` and `process_sets` are not supported."""
+    """Joins the job (perseus_init), then adds process_sets (ProcessSets or lists of ranks; the
+    same on every rank) in order. `comm` is not supported."""
     if comm is not None:
         raise NotImplementedError("perseus.torch.init(comm=...): MPI communicators are not "
                                   "supported; the job is every rank perseusrun started")
-    if process_sets not in (None, [], "dynamic"):
-        raise NotImplementedError("perseus.torch.init(process_sets=...): only the global "
-                                  "process set exists")
     _native.init()
+    if process_sets not in (None, "dynamic"):
+        for ps in process_sets:
+            add_process_set(ps)
 
 
 def shutdown():
@@ -202,10 +249,11 @@ def _scale_(tensor, factor):
 
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, label=None,
-                     check=None):
+                     check=None, set_id=_native.GLOBAL_PROCESS_SET):
     """label: what a NaN check's error calls the tensor (default: its name); check: whether to
-    check for NaN/Inf (default: PERSEUS_ALLREDUCE_NANCHECK)."""
+    check for NaN/Inf (default: PERSEUS_ALLREDUCE_NANCHECK); set_id: the libperseus process set."""
     what = _what("allreduce", name, tensor)
+    _refuse_cuda(tensor, set_id, what)
     send = tensor if output is tensor else tensor.contiguous()
     check = (_grad.nancheck() if check is None else check) and send.is_floating_point()
     input_nonfinite = check and not _grad.finite(send)
@@ -221,7 +269,8 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     src, count, code, device, stream = _tensors.describe(send, what)
     dst = _tensors.describe(output, what)[0]
     request = _native.allreduce_async(src, dst, count, code, _OPS[op], pre_lib, post_lib, name,
-                                      device, stream, what=what, keep=(send, output))
+                                      device, stream, what=what, keep=(send, output),
+                                      process_set=set_id)
 
     def finish():
         if device_scale and post != 1.0:
@@ -236,39 +285,44 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
+                            set_id=set_id)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
-    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
+                            set_id=set_id)
 
 
 class _Allreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.op, ctx.pre, ctx.post = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
         return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
-                                           postscale_factor))
+                                           postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        return allreduce(grad, op=ctx.op, prescale_factor=ctx.pre,
-                         postscale_factor=ctx.post), None, None, None, None
+        return allreduce(grad, op=ctx.op, prescale_factor=ctx.pre, postscale_factor=ctx.post,
+                         process_set=ctx.process_set), None, None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """The reduction (Average by default) of tensor over every rank, as a new tensor."""
-    _check_process_set(process_set)
+    """The reduction (Average by default) of tensor over every rank (of process_set), as a new
+    tensor."""
+    _set_id(process_set)
     op = _resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
-    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
+    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                               process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -282,26 +336,27 @@ def _group_name(name, i):
     return None if name is None else "%s.%d" % (name, i)
 
 
-def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor):
+def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor, set_id):
     handles = [_allreduce_async(t, o, _group_name(name, i), op, prescale_factor,
-                                postscale_factor) for i, (t, o) in enumerate(zip(tensors, outputs))]
+                                postscale_factor, set_id=set_id)
+               for i, (t, o) in enumerate(zip(tensors, outputs))]
     requests = [r for h in handles for r in h._requests]
     return Handle(requests, lambda: [h._finish() for h in handles])
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
-    return _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor)
+    return _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor, set_id)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
-    return _grouped(tensors, list(tensors), name, op, prescale_factor, postscale_factor)
+    return _grouped(tensors, list(tensors), name, op, prescale_factor, postscale_factor, set_id)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
@@ -320,21 +375,24 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- allgather -----------------------------------------------------------------------------
 
-def _allgather_async(tensor, name, with_counts=False):
+def _allgather_async(tensor, name, with_counts=False, set_id=_native.GLOBAL_PROCESS_SET,
+                     members=None):
+    """members: how many ranks take part (process set's size; default: every rank)."""
     what = _what("allgather", name, tensor)
+    _refuse_cuda(tensor, set_id, what)
     send = tensor.contiguous()
     if send.dim() == 0:
         send = send.reshape(1)
     src, count, code, device, stream = _tensors.describe(send, what, reduce=False)
     request = _native.allgatherv_async(src, count, code, name, device, stream, what=what,
-                                       keep=(send,))
+                                       keep=(send,), process_set=set_id)
     rest = tuple(send.shape[1:])
     row = 1
     for d in rest:
         row *= d
 
     def finish():
-        counts = request.counts(_native.size())
+        counts = request.counts(members or _native.size())
         total = sum(counts)
         rows = [c // row if row else 0 for c in counts]
         output = torch.empty((sum(rows),) + rest, dtype=send.dtype, device=send.device)
@@ -345,37 +403,43 @@ def _allgather_async(tensor, name, with_counts=False):
     return Handle([request], finish)
 
 
+def _allgather_in(tensor, name, process_set, with_counts=False):
+    ps = process_set if process_set is not None else global_process_set
+    return _allgather_async(tensor, name, with_counts, _set_id(ps), ps.size())
+
+
 def allgather_async(tensor, name=None, process_set=global_process_set):
-    _check_process_set(process_set)
-    return _allgather_async(tensor, name)
+    return _allgather_in(tensor, name, process_set)
 
 
 class _Allgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
-        output, rows = synchronize(_allgather_async(tensor, name, with_counts=True))
+    def forward(ctx, tensor, name, process_set):
+        output, rows = synchronize(_allgather_in(tensor, name, process_set, with_counts=True))
         ctx.rows = rows
         ctx.shape = tensor.shape
+        ctx.process_set = process_set
         return output
 
     @staticmethod
     def backward(ctx, grad):
-        reduced = allreduce(grad.contiguous(), op=Sum)
-        me = _native.rank()
+        ps = ctx.process_set if ctx.process_set is not None else global_process_set
+        reduced = allreduce(grad.contiguous(), op=Sum, process_set=ps)
+        me = ps.rank()
         start = sum(ctx.rows[:me])
-        return reduced.narrow(0, start, ctx.rows[me]).reshape(ctx.shape), None
+        return reduced.narrow(0, start, ctx.rows[me]).reshape(ctx.shape), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """Every rank's tensor concatenated along the first dimension, in rank order (first
-    dimensions may differ between ranks)."""
-    _check_process_set(process_set)
-    return _Allgather.apply(tensor, name)
+    """Every rank's (every member's of process_set) tensor concatenated along the first
+    dimension, in rank order (first dimensions may differ between ranks)."""
+    _set_id(process_set)
+    return _Allgather.apply(tensor, name, process_set)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    _check_process_set(process_set)
-    handles = [_allgather_async(t, _group_name(name, i)) for i, t in enumerate(tensors)]
+    handles = [_allgather_in(t, _group_name(name, i), process_set)
+               for i, t in enumerate(tensors)]
     return Handle([r for h in handles for r in h._requests],
                   lambda: [h._finish() for h in handles])
 
@@ -386,45 +450,48 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 # ---- broadcast -----------------------------------------------------------------------------
 
-def _broadcast_async(tensor, output, root_rank, name):
+def _broadcast_async(tensor, output, root_rank, name, set_id=_native.GLOBAL_PROCESS_SET):
     what = _what("broadcast", name, tensor)
+    _refuse_cuda(tensor, set_id, what)
     if output is not tensor:
         output.copy_(tensor)
     buf, count, code, device, stream = _tensors.describe(output, what, reduce=False)
     request = _native.broadcast_async(buf, count, code, int(root_rank), name, device, stream,
-                                      what=what, keep=(output,))
+                                      what=what, keep=(output,), process_set=set_id)
     return Handle([request], lambda: output)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _broadcast_async(tensor, output, root_rank, name)
+    return _broadcast_async(tensor, output, root_rank, name, set_id)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    _check_process_set(process_set)
-    return _broadcast_async(tensor, tensor, root_rank, name)
+    set_id = _set_id(process_set)
+    return _broadcast_async(tensor, tensor, root_rank, name, set_id)
 
 
 class _Broadcast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
+    def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
-        return synchronize(broadcast_async(tensor, root_rank, name))
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        reduced = allreduce(grad.contiguous(), op=Sum)
+        reduced = allreduce(grad.contiguous(), op=Sum, process_set=ctx.process_set)
         if _native.rank() != ctx.root_rank:
             reduced = reduced * 0
-        return reduced, None, None
+        return reduced, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """root_rank's tensor, as a new tensor on every rank."""
-    _check_process_set(process_set)
-    return _Broadcast.apply(tensor, root_rank, name)
+    """root_rank's tensor, as a new tensor on every rank (of process_set; root_rank is a rank
+    of the job, a member of the set)."""
+    _set_id(process_set)
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -451,7 +518,7 @@ def _splits_list(tensor, splits, n):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """synchronize() of the handle gives (output, received_splits)."""
-    _check_process_set(process_set)
+    _check_process_set(process_set, "alltoall")
     what = _what("alltoall", name, tensor)
     send = tensor.contiguous()
     if send.dim() == 0:
@@ -495,7 +562,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[r] rows (default: an equal share) of tensor to rank r and returns the rows
     every rank sent here, in rank order; with splits given, returns (output, received_splits)
     as Horovod does."""
-    _check_process_set(process_set)
+    _check_process_set(process_set, "alltoall")
     output, received = _Alltoall.apply(tensor, splits, name)
     return output if splits is None else (output, received)
 
@@ -508,7 +575,7 @@ def _rows_per_rank(first, n):
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
-    _check_process_set(process_set)
+    _check_process_set(process_set, "reducescatter")
     op = _resolve_op(op, None)
     what = _what("reducescatter", name, tensor)
     send = tensor.contiguous()
@@ -556,7 +623,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 # ---- the rest ------------------------------------------------------------------------------
 
 def barrier(process_set=global_process_set):
-    _check_process_set(process_set)
+    _check_process_set(process_set, "barrier")
     _native.barrier()
 
 
@@ -570,7 +637,7 @@ def join(device=-1):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's obj (pickled), on every rank."""
-    _check_process_set(process_set)
+    _check_process_set(process_set, "broadcast_object")
     base = name or type(obj).__name__
     if _native.rank() == root_rank:
         data = pickle.dumps(obj)
@@ -592,7 +659,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's obj (pickled), as a list in rank order."""
-    _check_process_set(process_set)
+    _check_process_set(process_set, "allgather_object")
     data = pickle.dumps(obj)
     tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     output, rows = synchronize(_allgather_async(

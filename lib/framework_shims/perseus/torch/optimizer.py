@@ -196,7 +196,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     (fp16 or bf16) casts float32 gradients, else none. With PERSEUS_ALLREDUCE_NANCHECK=1, step()
     and synchronize() raise perseus.NonFiniteError naming the parameters whose averaged gradient
     holds a NaN or Inf."""
-    ops._check_process_set(process_set)
+    ops._check_process_set(process_set, "DistributedOptimizer")
     if sparse_as_dense:
         raise NotImplementedError("sparse gradients (sparse_as_dense) are not supported")
     if num_groups and groups is None:

@@ -1,0 +1,153 @@
+"""perseus.torch's process sets (Horovod's add_process_set / process_set=) against references
+each rank computes itself: the even ranks and the odd ranks make two sets ({0, 2} and {1} with 3
+ranks); all-reduce, allgather and broadcast (plain, in place, async, grouped, autograd) run
+within each, with global operations in between and the same names in flight in both, and a
+rank outside a set is refused."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+
+import perseus.torch.horovod as hvd  # noqa: E402
+from common import Checks, run  # noqa: E402
+
+
+def data(r, shape, dtype=torch.float32, salt=0):
+    g = torch.Generator().manual_seed(1000 * r + salt)
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype)
+    return torch.randint(-4, 5, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def main():
+    check = Checks("process_sets")
+    hvd.init()
+    n, me = hvd.size(), hvd.rank()
+    check(hvd.global_process_set.process_set_id == 0, "global set's id")
+    check(hvd.global_process_set.size() == n and hvd.global_process_set.rank() == me
+          and hvd.global_process_set.included(), "global set's size/rank/included")
+
+    # Collective over every rank, in the same order everywhere.
+    even = hvd.add_process_set([r for r in range(n) if r % 2 == 0])
+    odd = hvd.add_process_set(hvd.ProcessSet([r for r in range(n) if r % 2]))
+    check(isinstance(even, hvd.ProcessSet) and isinstance(odd, hvd.ProcessSet), "ProcessSets")
+    check(even.process_set_id not in (None, 0)
+          and odd.process_set_id not in (None, 0, even.process_set_id),
+          "set ids (%r, %r)" % (even.process_set_id, odd.process_set_id))
+    mine, other = (even, odd) if me % 2 == 0 else (odd, even)
+    members = [r for r in range(n) if r % 2 == me % 2]
+    check(mine.ranks == members and mine.size() == len(members), "ranks/size %r" % mine.ranks)
+    check(mine.rank() == members.index(me) and mine.included(), "rank/included in own set")
+    check(other.rank() == -1 and not other.included(), "rank/included in the other set")
+    # The sets' ids agree on every rank.
+    ids = hvd.allgather(torch.tensor([[even.process_set_id, odd.process_set_id]]))
+    check(bool((ids == ids[0]).all()), "set ids agree across ranks: %s" % ids.tolist())
+
+    for rnd in range(3):
+        # allreduce: Sum, Average, Max, in every form.
+        x = data(me, (5, 3), salt=rnd)
+        refs = torch.stack([data(r, (5, 3), salt=rnd) for r in members])
+        check.close(hvd.allreduce(x, op=hvd.Sum, name="x", process_set=mine), refs.sum(0),
+                    "set allreduce Sum")
+        check.close(hvd.allreduce(x, name="x.avg", process_set=mine), refs.mean(0),
+                    "set allreduce Average")
+        check.close(hvd.allreduce(x, op=hvd.Max, name="x.max", process_set=mine),
+                    refs.max(0).values, "set allreduce Max")
+        y = x.clone()
+        hvd.allreduce_(y, op=hvd.Sum, name="x.inplace", process_set=mine)
+        check.close(y, refs.sum(0), "set allreduce_")
+        h = hvd.allreduce_async(x, op=hvd.Sum, name="x.async", process_set=mine)
+        # A global all-reduce while the set's is in flight, under the same name.
+        g = hvd.allreduce(x, op=hvd.Sum, name="x.async")
+        check.close(hvd.synchronize(h), refs.sum(0), "set allreduce_async")
+        check.close(g, sum(data(r, (5, 3), salt=rnd) for r in range(n)),
+                    "global allreduce between set ops")
+        y = x.clone()
+        check.close(hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Sum, name="x.async_",
+                                                         process_set=mine)), refs.sum(0),
+                    "set allreduce_async_")
+        check.close(y, refs.sum(0), "set allreduce_async_ in place")
+        i = data(me, (4,), torch.int64, salt=rnd)
+        check.close(hvd.allreduce(i, op=hvd.Sum, name="i", process_set=mine),
+                    sum(data(r, (4,), torch.int64, salt=rnd) for r in members), "int64 Sum")
+        outs = hvd.grouped_allreduce([x, 2 * x], op=hvd.Sum, name="grp", process_set=mine)
+        check.close(outs[0], refs.sum(0), "grouped 0")
+        check.close(outs[1], 2 * refs.sum(0), "grouped 1")
+
+        # allgather: first dims differ by rank.
+        a = data(me, (me + 1, 2), salt=10 + rnd)
+        ref = torch.cat([data(r, (r + 1, 2), salt=10 + rnd) for r in members])
+        check.close(hvd.allgather(a, name="a", process_set=mine), ref, "set allgather")
+        check.close(hvd.synchronize(hvd.allgather_async(a, name="a.async", process_set=mine)),
+                    ref, "set allgather_async")
+        outs = hvd.grouped_allgather([a, a + 1], name="ga", process_set=mine)
+        check.close(outs[0], ref, "grouped allgather 0")
+        check.close(outs[1], ref + 1, "grouped allgather 1")
+
+        # Global ops between the sets' ops.
+        check.close(hvd.allgather(torch.tensor([me])), torch.arange(n), "global allgather")
+
+        # broadcast from the set's last member (a rank of the job).
+        root = members[-1]
+        b = data(me, (3, 2), salt=20 + rnd)
+        bref = data(root, (3, 2), salt=20 + rnd)
+        check.close(hvd.broadcast(b, root, name="b", process_set=mine), bref, "set broadcast")
+        c = b.clone()
+        hvd.broadcast_(c, root, name="b_", process_set=mine)
+        check.close(c, bref, "set broadcast_")
+        check.close(hvd.synchronize(hvd.broadcast_async(b, root, name="b.async",
+                                                        process_set=mine)), bref,
+                    "set broadcast_async")
+        c = b.clone()
+        hvd.synchronize(hvd.broadcast_async_(c, root, name="b.async_", process_set=mine))
+        check.close(c, bref, "set broadcast_async_")
+        check.close(hvd.broadcast(b, 0, name="b"), data(0, (3, 2), salt=20 + rnd),
+                    "global broadcast, same name")
+
+    # autograd within the set
+    x = data(me, (4,)).requires_grad_()
+    hvd.allreduce(x, op=hvd.Sum, name="grad.ar", process_set=mine).sum().backward()
+    check.close(x.grad, torch.full((4,), float(len(members))), "allreduce backward in set")
+    x = data(me, (2, 3)).requires_grad_()
+    w = torch.arange(6 * len(members), dtype=torch.float32).reshape(-1, 3)
+    (hvd.allgather(x, name="grad.ag", process_set=mine) * w).sum().backward()
+    pos = members.index(me)
+    check.close(x.grad, len(members) * w[2 * pos:2 * pos + 2], "allgather backward in set")
+
+    # refusals
+    z = torch.ones(3)
+    e = check.raises(hvd.PerseusError, lambda: hvd.allreduce(z, name="outsider",
+                                                             process_set=other),
+                     "outsider's allreduce", ["outsider", "not a member"])
+    check(e is not None and e.code == -1, "outsider refused with INVALID_ARGUMENT")
+    check.raises(hvd.PerseusError, lambda: hvd.allgather(z, name="outsider.ag",
+                                                         process_set=other),
+                 "outsider's allgather", ["not a member"])
+    check.raises(hvd.PerseusError, lambda: hvd.broadcast_(z, other.ranks[0], name="outsider.b",
+                                                          process_set=other),
+                 "outsider's broadcast", ["not a member"])
+    if n > 1:
+        check.raises(hvd.PerseusError, lambda: hvd.broadcast(z, other.ranks[0], name="badroot",
+                                                             process_set=mine),
+                     "root outside the set", ["badroot", "not a member"])
+    check.raises(ValueError, lambda: hvd.allreduce(z, process_set=hvd.ProcessSet([0])),
+                 "a set not added", ["add_process_set"])
+    check.raises(NotImplementedError, lambda: hvd.alltoall(z, process_set=mine),
+                 "alltoall in a set", ["alltoall"])
+    if torch.cuda.is_available() and hvd.nccl_built():
+        check.raises(hvd.PerseusError, lambda: hvd.allreduce(z.cuda(), process_set=mine),
+                     "CUDA tensor in a set", ["CPU"])
+
+    # A set of every rank, added after operations ran.
+    everyone = hvd.add_process_set(list(range(n))[::-1])
+    check(everyone.ranks == list(range(n)), "ranks sorted")
+    check.close(hvd.allreduce(torch.tensor([float(me)]), op=hvd.Sum, name="x",
+                              process_set=everyone), torch.tensor([float(sum(range(n)))]),
+                "set of every rank")
+    hvd.barrier()
+    hvd.shutdown()
+    check.finish()
+
+
+run(main)
