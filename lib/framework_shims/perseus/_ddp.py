@@ -9,8 +9,9 @@ path to the class (torch.nn.parallel.DistributedDataParallel, the module's name,
 - __init__ marks the instance; its first forward() attaches the hook, so that a hook the
   script registers itself (register_comm_hook, before training as DDP requires) wins and
   Perseus stays out of that model;
-- attaching initialises libperseus once (perseus_init); when that fails (torchrun without
-  perseusrun, no library) a one-line warning says so and DDP stays as it was; likewise when the
+- attaching initialises libperseus once: perseus_init under perseusrun or mpirun, else (torchrun,
+  torch.distributed.launch) through torch.distributed's own store (perseus_init_with); when that
+  fails (no library, say) a one-line warning says so and DDP stays as it was; likewise when the
   model's process group is not the whole job, or the model is on CUDA and libperseus has no NCCL.
 """
 import importlib.abc
@@ -110,13 +111,29 @@ def _patch(module):
     cls._perseus_patched = True
 
 
+def _init_here():
+    """perseus_init under perseusrun (or mpirun); elsewhere (torchrun,
+    torch.distributed.launch) through torch.distributed's own store, when it is initialised."""
+    import os
+    if os.environ.get("PERSEUS_RENDEZVOUS_ADDR") or os.environ.get("OMPI_COMM_WORLD_SIZE"):
+        return _native.init()
+    import socket
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return _native.init()  # fails, saying to start under perseusrun
+    store = dist.distributed_c10d._get_default_store()
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    _native.init_through_store(store, dist.get_rank(), dist.get_world_size(),
+                               socket.gethostbyname(master))
+
+
 def _initialised():
     with _lock:
         if not _init_state["tried"]:
             _init_state["tried"] = True
             try:
                 if not _native.is_initialized():
-                    _native.init()
+                    _init_here()
                 _init_state["ok"] = True
             except _native.PerseusError as e:
                 reason = str(e).splitlines()[0] if str(e) else repr(e)

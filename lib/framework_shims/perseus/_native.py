@@ -159,6 +159,10 @@ def _declare(lib):
         "perseus_broadcast_async_in": ([c_int, c_void, c_size, c_int, c_int, c_char, req_pp],
                                        c_int),
         "perseus_allgatherv_async_in": ([c_int, c_void, c_size, c_int, c_char, req_pp], c_int),
+        "perseus_serve_rendezvous": ([c_char, c_void, c_size, ctypes.POINTER(c_int), c_void],
+                                     c_int),
+        "perseus_init_with": ([c_int, c_int, c_int, c_int, c_int, c_int, c_char, c_int, c_void],
+                              c_int),
     }
     missing = []
     for name, (args, res) in table.items():
@@ -263,6 +267,49 @@ def init():
     library's threads stop before the libraries they use are torn down)."""
     global _atexit_registered
     check(lib().perseus_init(), "perseus_init")
+    if not _atexit_registered:
+        _atexit_registered = True
+        atexit.register(_finalize_at_exit)
+
+
+def init_through_store(store, rank, size, bind_address):
+    """Joins without perseusrun or MPI, as under torchrun: `store` is the framework's own
+    key-value store (torch.distributed's default store: set(key, bytes), get(key) waiting for
+    it). Rank 0 serves libperseus's rendezvous store on bind_address (the address the other
+    ranks reach rank 0 at) and hands its address, port and secret to the others through `store`;
+    every rank tells the others its machine, so that local and cross ranks are known. The secret
+    is only as safe as `store` is: torch's store has no authentication, like torchrun itself."""
+    global _atexit_registered
+    L = lib()
+    import socket
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            machine = socket.gethostname() + "/" + f.read().strip()
+    except OSError:
+        machine = socket.gethostname()
+    store.set("perseus/machine/%d" % rank, machine.encode())
+    machines = [bytes(store.get("perseus/machine/%d" % r)).decode() for r in range(size)]
+    hosts = []  # in order of each host's first rank
+    for m in machines:
+        if m not in hosts:
+            hosts.append(m)
+    same_host = [r for r in range(size) if machines[r] == machines[rank]]
+    local_rank, local_size = same_host.index(rank), len(same_host)
+    peers = [r for r in range(size)  # the ranks with this local rank, one per host
+             if [q for q in range(size) if machines[q] == machines[r]].index(r) == local_rank]
+    cross_rank, cross_size = peers.index(rank), len(peers)
+    if rank == 0:
+        address = ctypes.create_string_buffer(128)
+        port = ctypes.c_int()
+        secret = (ctypes.c_ubyte * 32)()
+        check(L.perseus_serve_rendezvous(bind_address.encode(), address, 128, ctypes.byref(port),
+                                         secret), "perseus_serve_rendezvous")
+        store.set("perseus/rendezvous",
+                  b"%s|%d|%s" % (address.value, port.value, bytes(secret).hex().encode()))
+    where = bytes(store.get("perseus/rendezvous")).split(b"|")
+    secret = (ctypes.c_ubyte * 32)(*bytes.fromhex(where[2].decode()))
+    check(L.perseus_init_with(rank, size, local_rank, local_size, cross_rank, cross_size,
+                              where[0], int(where[1]), secret), "perseus_init_with")
     if not _atexit_registered:
         _atexit_registered = True
         atexit.register(_finalize_at_exit)
