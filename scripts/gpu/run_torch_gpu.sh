@@ -29,7 +29,7 @@ RUN="build/apps/perseusrun/perseusrun -np 1 -H localhost:1 -x NCCL_NVLS_ENABLE=0
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
   nvidia-smi | grep -m1 'CUDA Version' | sed 's/^/# /'
   python3 -c 'import torch, sys; print("# python", sys.version.split()[0], "torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version(), "NCCL", ".".join(map(str, torch.cuda.nccl.version())))'
-  python3 -c 'import torchvision; print("# torchvision", torchvision.__version__)' 2>/dev/null || echo "# torchvision: none (resnet50 from examples/_resnet.py)"
+  python3 -c 'import torchvision; print("# torchvision", torchvision.__version__)' 2>/dev/null || echo "# torchvision: none (resnet50 from examples/_models.py)"
   build/apps/perseusrun/perseusrun --version 2>&1 | head -1 | sed 's/^/# /'
   git log -1 --format='# commit %H %s' 2>/dev/null || true
 } > "$OUT/versions.txt" 2>&1
