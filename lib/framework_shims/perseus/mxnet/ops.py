@@ -37,39 +37,9 @@ def init(comm=None, process_sets=None):
     _native.init()
 
 
-def shutdown():
-    """Leaves the job (perseus_finalize). Collective."""
-    if _native.is_initialized():
-        _native.finalize()
-
-
-is_initialized = _native.is_initialized
-size = _native.size
-rank = _native.rank
-local_size = _native.local_size
-local_rank = _native.local_rank
-cross_size = _native.cross_size
-cross_rank = _native.cross_rank
-
-
-def gloo_built():
-    return _native.gloo_built()
-
-
-def nccl_built():
-    return _native.nccl_built()
-
-
-def mpi_built():
-    return False
-
-
-def mpi_enabled():
-    return False
-
-
-def gloo_enabled():
-    return _native.gloo_built()
+from perseus._process import (  # noqa: F401 - the shared process API, re-exported
+    cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled, is_initialized, local_rank,
+    local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, shutdown, size)
 
 
 def barrier():
