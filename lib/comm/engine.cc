@@ -364,6 +364,7 @@ void Engine::run_device_one(const Agreed &agreed, const std::shared_ptr<Request>
     case OpKind::kAllreduce:
     case OpKind::kBarrier:
     case OpKind::kJoin:
+    case OpKind::kAddProcessSet:
       break;
   }
 }
@@ -453,7 +454,11 @@ std::vector<RankMessage> Engine::exchange(const RankMessage &mine) {
   std::memcpy(slot.data(), &length, sizeof length);
   std::memcpy(slot.data() + sizeof length, bytes.data(), std::min(bytes.size(), kSlotPayload));
   std::vector<uint8_t> slots(kSlotBytes * size);
-  backend_->allgather(slot.data(), slots.data(), kSlotBytes, DataType::kUint8);
+  if (local_) {
+    local_->allgather(slot.data(), kSlotBytes, slots.data());  // every rank on this host
+  } else {
+    backend_->allgather(slot.data(), slots.data(), kSlotBytes, DataType::kUint8);
+  }
 
   std::vector<size_t> lengths(size);
   bool all_fit = true;

@@ -261,6 +261,40 @@ TEST_CASE("shm LocalAllreduce: every type, op and size on 2, 3 and 4 ranks") {
   }
 }
 
+TEST_CASE("shm LocalAllreduce: allgather interleaved with all-reduces, rank order kept") {
+  for (int size : {2, 3, 4}) {
+    CAPTURE(size);
+    const std::string name = unique_name();
+    const auto results = run_ranks(size, [&](int rank, const std::vector<pid_t> &pids) {
+      LocalAllreduce shm(name, rank, size, pids, std::chrono::seconds(10), size_t{1} << 16);
+      for (int round = 0; round < 50; ++round) {
+        // 256 bytes of this rank's number and the round, then an all-reduce that uses the same
+        // slots: the allgather must neither see nor disturb it.
+        std::vector<uint8_t> mine(256, static_cast<uint8_t>(rank * 16 + round % 16));
+        std::vector<uint8_t> all(256 * static_cast<size_t>(size));
+        shm.allgather(mine.data(), mine.size(), all.data());
+        for (int r = 0; r < size; ++r) {
+          for (size_t i = 0; i < 256; ++i) {
+            if (all[static_cast<size_t>(r) * 256 + i] !=
+                static_cast<uint8_t>(r * 16 + round % 16)) {
+              return std::string("allgather: rank ") + std::to_string(r) + " wrong in round " +
+                     std::to_string(round);
+            }
+          }
+        }
+        std::vector<int32_t> x(5000, rank + 1);
+        shm.allreduce(x.data(), x.size(), DataType::kInt32, ReduceOp::kSum);
+        if (x.front() != size * (size + 1) / 2 || x.back() != size * (size + 1) / 2) {
+          return std::string("allreduce wrong in round ") + std::to_string(round);
+        }
+      }
+      return std::string("ok");
+    });
+    for (const std::string &result : results) CHECK(result == "ok");
+    CHECK_FALSE(segment_left(name));
+  }
+}
+
 TEST_CASE("shm LocalAllreduce: a rank killed before a barrier ends the others' calls") {
   const std::string name = unique_name();
   const auto results = run_ranks(3, [&](int rank, const std::vector<pid_t> &pids) {

@@ -345,6 +345,34 @@ void LocalAllreduce::allreduce(const void *send, void *recv, size_t count, DataT
   }
 }
 
+// Each rank writes its bytes into a block of its own slot that is not its diagonal one: after
+// the previous call's second barrier nobody reads those any more (the diagonal blocks are read
+// until the last copy-out), and the second barrier here keeps the next call's copy-in from
+// overwriting them while a peer still reads.
+void LocalAllreduce::allgather(const void *mine, size_t bytes, void *out) {
+  if (!broken_.empty()) {
+    throw Error(Code::kCommunication,
+                "shared-memory allgather: unusable after an earlier failure: " + broken_);
+  }
+  auto *to = static_cast<uint8_t *>(out);
+  if (size_ == 1) {
+    std::memcpy(to, mine, bytes);
+    return;
+  }
+  if (bytes > block_bytes_) {
+    throw Error(Code::kInvalidArgument, "shared-memory allgather: " + std::to_string(bytes) +
+                                            " bytes do not fit a block of " +
+                                            std::to_string(block_bytes_));
+  }
+  const auto off_diagonal = [this](int r) { return block(r, (r + 1) % size_); };
+  std::memcpy(off_diagonal(rank_), mine, bytes);
+  barrier();
+  for (int r = 0; r < size_; ++r) {
+    std::memcpy(to + static_cast<size_t>(r) * bytes, off_diagonal(r), bytes);
+  }
+  barrier();
+}
+
 uint8_t *LocalAllreduce::block(int slot, int block) const {
   return slots_ + (static_cast<size_t>(slot) * size_ + block) * block_bytes_;
 }

@@ -68,6 +68,10 @@ class LocalAllreduce {
   // The same out of place: send is only read, recv (which must not overlap send unless equal
   // to it) gets the result.
   void allreduce(const void *send, void *recv, size_t count, DataType type, ReduceOp op);
+  // Blocking: out (local_size * bytes) = every local rank's `bytes` of `mine`, in local-rank
+  // order (the engine's negotiation messages). bytes must not exceed block_bytes().
+  void allgather(const void *mine, size_t bytes, void *out);
+  size_t block_bytes() const { return block_bytes_; }
 
  private:
   struct Split;
