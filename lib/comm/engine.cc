@@ -26,6 +26,10 @@ constexpr size_t kSlotPayload = kSlotBytes - sizeof(uint32_t);
 // Within kBusyWindow of the last work, the thread polls kPollFor for new work before it sleeps.
 constexpr auto kBusyWindow = std::chrono::milliseconds(1);
 constexpr auto kPollFor = std::chrono::microseconds(50);
+// Work found, the thread waits until the queue has not grown for kSettle, at most kSettleAtMost
+// (and never longer than the cycle time).
+constexpr auto kSettle = std::chrono::microseconds(5);
+constexpr auto kSettleAtMost = std::chrono::microseconds(500);
 
 // After this long without any work the thread sleeps longer between cycles.
 constexpr auto kIdleAfter = std::chrono::seconds(1);
@@ -388,6 +392,24 @@ void Engine::cycle() {
     const auto sleep = idle ? settings_.cycle_time * kIdleFactor : settings_.cycle_time;
     work_.wait_for(lock, sleep,
                    [this] { return !queue_.empty() || shutdown_ || (join_ && !join_announced_); });
+  }
+  // Submissions come in bursts (a backward pass's gradients, a loop of async calls): while the
+  // queue still grows, let it, so that one cycle takes the burst and fuses it, instead of a
+  // cycle per tensor. A lone blocking call pays one short settle.
+  if (queued_.load(std::memory_order_acquire) > 0) {
+    const auto limit = Clock::now() + std::min<std::chrono::microseconds>(settings_.cycle_time,
+                                                                            kSettleAtMost);
+    size_t seen = queued_.load(std::memory_order_acquire);
+    for (;;) {
+      const auto quiet_until = Clock::now() + kSettle;
+      while (Clock::now() < quiet_until) std::this_thread::yield();
+      const size_t now_queued = queued_.load(std::memory_order_acquire);
+      if (now_queued == seen || Clock::now() >= limit) break;
+      seen = now_queued;
+    }
+  }
+  {
+    std::unique_lock lock(mutex_);
     fresh.assign(queue_.begin(), queue_.end());
     queue_.clear();
     queued_.store(0, std::memory_order_release);

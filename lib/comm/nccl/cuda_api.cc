@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <iterator>
 #include <memory>
@@ -163,9 +165,18 @@ bool cuda_in_use() {
   // Known already (a device operation ran, or perseus_nccl_built() was asked): no probe.
   if (g_cuda_found.load(std::memory_order_relaxed)) return true;
   // The driver library is loaded by every CUDA runtime (torch's bundled one too) before any
-  // device memory exists; RTLD_NOLOAD only looks, it never loads.
+  // device memory exists; RTLD_NOLOAD only looks, it never loads. Looking takes the loader's
+  // lock and walks its list (microseconds), so a "no" is trusted for a second: a host operation
+  // is not slowed by it, and a process that starts CUDA later is checked from then on.
+  using namespace std::chrono;
+  static std::atomic<int64_t> checked_at{INT64_MIN / 2};
+  const int64_t now = duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+  if (now - checked_at.load(std::memory_order_relaxed) < 1000) return false;
   void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!driver) return false;
+  if (!driver) {
+    checked_at.store(now, std::memory_order_relaxed);
+    return false;
+  }
   dlclose(driver);
   return cuda_available(nullptr);
 }
