@@ -397,8 +397,8 @@ void Engine::cycle() {
   // queue still grows, let it, so that one cycle takes the burst and fuses it, instead of a
   // cycle per tensor. A lone blocking call pays one short settle.
   if (queued_.load(std::memory_order_acquire) > 0) {
-    const auto limit = Clock::now() + std::min<std::chrono::microseconds>(settings_.cycle_time,
-                                                                            kSettleAtMost);
+    const auto limit =
+        Clock::now() + std::min<std::chrono::microseconds>(settings_.cycle_time, kSettleAtMost);
     size_t seen = queued_.load(std::memory_order_acquire);
     for (;;) {
       const auto quiet_until = Clock::now() + kSettle;
