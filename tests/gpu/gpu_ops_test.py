@@ -31,9 +31,11 @@ check this script on a machine without a GPU. Prints one summary line per group 
 any failure.
 """
 import argparse
+import atexit
 import ctypes
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -574,7 +576,9 @@ def main():
 
     timeline = os.environ.get("PERSEUS_TIMELINE")
     if not timeline:
-        timeline = os.path.join(tempfile.mkdtemp(prefix="perseus_gpu_ops_"), "timeline.json")
+        scratch = tempfile.mkdtemp(prefix="perseus_gpu_ops_")
+        atexit.register(shutil.rmtree, scratch, True)  # the timeline is ours alone
+        timeline = os.path.join(scratch, "timeline.json")
         os.environ["PERSEUS_TIMELINE"] = timeline  # read by perseus_init
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
