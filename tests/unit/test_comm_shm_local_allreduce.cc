@@ -25,6 +25,7 @@
 #include "lib/comm/half_float.h"
 #include "lib/comm/reduction.h"
 #include "lib/comm/types.h"
+#include "tests/unit/comm_element_types.h"
 
 namespace perseus::comm::shm {
 namespace {
@@ -133,28 +134,6 @@ std::vector<std::string> run_ranks(int size, const Body &body) {
     }
   }
   return results;
-}
-
-template <typename F>
-void with_type(DataType type, F &&f) {
-  switch (type) {
-    case DataType::kUint8:
-      return f(uint8_t{});
-    case DataType::kInt8:
-      return f(int8_t{});
-    case DataType::kInt32:
-      return f(int32_t{});
-    case DataType::kInt64:
-      return f(int64_t{});
-    case DataType::kFloat16:
-      return f(Float16{});
-    case DataType::kBfloat16:
-      return f(Bfloat16{});
-    case DataType::kFloat32:
-      return f(float{});
-    case DataType::kFloat64:
-      return f(double{});
-  }
 }
 
 template <typename T>
