@@ -106,6 +106,21 @@ int with_runtime(const char *function, const char *name, Body &&body) noexcept {
   });
 }
 
+// A program may exit without perseus_finalize while the background thread still runs: the exit
+// handlers must not tear OpenSSL down under it (its store connection signs with HMAC), and the
+// thread must stop using the store once exit has begun (process_exiting()). Our handler is
+// registered after OpenSSL's, so it runs first. Once per process, whichever init comes first.
+void prepare_for_exit() {
+  static const bool done = [] {
+    OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+    std::atexit([] { process_exiting().store(true); });
+    return true;
+  }();
+  (void)done;
+}
+
+const char *lookup(const char *variable) { return std::getenv(variable); }
+
 // The handle perseus.h calls perseus_request_t: the caller's share of the request.
 struct Handle {
   std::shared_ptr<Request> request;
@@ -161,18 +176,8 @@ PERSEUS_API int perseus_init(void) {
   return guarded("perseus_init", nullptr, [] {
     std::unique_lock lock(state().mutex);
     if (state().runtime) return PERSEUS_SUCCESS;
-    // A program may exit without perseus_finalize while the background thread still runs: the
-    // exit handlers must not tear OpenSSL down under it (its store connection signs with HMAC),
-    // and the thread must stop using the store once exit has begun (process_exiting()). Our
-    // handler is registered after OpenSSL's, so it runs first.
-    static const bool exit_handled = [] {
-      OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
-      std::atexit([] { process_exiting().store(true); });
-      return true;
-    }();
-    (void)exit_handled;
+    prepare_for_exit();
     const int generation = state().generation++;
-    const auto lookup = [](const char *variable) -> const char * { return std::getenv(variable); };
     auto settings = read_engine_settings(lookup);
     if (started_by_mpi(lookup)) {
       MpiBootstrap joined = bootstrap_through_mpi(lookup);
@@ -240,13 +245,7 @@ PERSEUS_API int perseus_init_with(int rank, int size, int local_rank, int local_
       throw Error(Code::kInvalidArgument,
                   "rendezvous_port " + std::to_string(rendezvous_port) + " is not a port");
     }
-    static const bool exit_handled = [] {
-      OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
-      std::atexit([] { process_exiting().store(true); });
-      return true;
-    }();
-    (void)exit_handled;
-    const auto lookup = [](const char *variable) -> const char * { return std::getenv(variable); };
+    prepare_for_exit();
     JobEnvironment job;
     job.rank = rank;
     job.size = size;

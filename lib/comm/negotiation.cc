@@ -256,15 +256,29 @@ void Negotiator::announce(int rank, const Descriptor &descriptor, Cycle &cycle,
 
 // Every member of the operation's process set that has not joined has submitted it. The set is
 // the one named by whoever submitted first; a rank outside it that submits is refused by check().
-bool Negotiator::complete(const Pending &pending) const {
-  int set = 0;
+// The process set the first submitter named (every submitter names the same one, or check()
+// refuses the operation).
+int Negotiator::set_of(const Pending &pending) {
   for (const auto &d : pending.per_rank) {
-    if (d) {
-      set = d->process_set;
-      break;
-    }
+    if (d) return d->process_set;
   }
-  if (set < 0 || static_cast<size_t>(set) >= sets_.size()) return true;  // check() refuses it
+  return 0;
+}
+
+// member[r]: rank r belongs to process set `set`; all false for a set that does not exist.
+std::vector<bool> Negotiator::member_mask(int set) const {
+  std::vector<bool> member(static_cast<size_t>(size_), false);
+  if (set >= 0 && static_cast<size_t>(set) < sets_.size()) {
+    for (int r : sets_[static_cast<size_t>(set)]) member[static_cast<size_t>(r)] = true;
+  }
+  return member;
+}
+
+// Every member of the operation's process set that has not joined has submitted it. A set that
+// does not exist counts as complete: check() then refuses the operation.
+bool Negotiator::complete(const Pending &pending) const {
+  const int set = set_of(pending);
+  if (set < 0 || static_cast<size_t>(set) >= sets_.size()) return true;
   for (int r : sets_[static_cast<size_t>(set)]) {
     const auto index = static_cast<size_t>(r);
     if (!pending.per_rank[index] && !joined_[index]) return false;
@@ -391,10 +405,7 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
     }
     bool any_joined = false;
     const int set = first->process_set;
-    agreed.member.assign(static_cast<size_t>(size_), false);
-    if (set >= 0 && static_cast<size_t>(set) < sets_.size()) {
-      for (int r : sets_[static_cast<size_t>(set)]) agreed.member[static_cast<size_t>(r)] = true;
-    }
+    agreed.member = member_mask(set);
     for (size_t r = 0; r < it->second.per_rank.size(); ++r) {
       const auto &d = it->second.per_rank[r];
       agreed.per_rank.push_back(d ? *d : *first);
@@ -441,17 +452,7 @@ Stall Negotiator::describe(const std::pair<const std::string, Pending> &entry,
               {},
               {},
               std::chrono::duration_cast<std::chrono::seconds>(now - p.first_seen)};
-  int set = 0;
-  for (const auto &d : p.per_rank) {
-    if (d) {
-      set = d->process_set;
-      break;
-    }
-  }
-  std::vector<bool> member(p.per_rank.size(), set != 0 ? false : true);
-  if (set > 0 && static_cast<size_t>(set) < sets_.size()) {
-    for (int r : sets_[static_cast<size_t>(set)]) member[static_cast<size_t>(r)] = true;
-  }
+  const std::vector<bool> member = member_mask(set_of(p));
   for (size_t r = 0; r < p.per_rank.size(); ++r) {
     if (p.per_rank[r]) {
       stall.submitted.push_back(static_cast<int>(r));

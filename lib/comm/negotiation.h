@@ -117,6 +117,8 @@ class Negotiator {
   Stall describe(const std::pair<const std::string, Pending> &entry,
                  std::chrono::steady_clock::time_point now) const;
   bool complete(const Pending &pending) const;
+  static int set_of(const Pending &pending);
+  std::vector<bool> member_mask(int set) const;
 
   int rank_;
   int size_;
