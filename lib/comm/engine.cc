@@ -129,8 +129,8 @@ Engine::~Engine() {
   }
   work_.notify_all();
   if (thread_.joinable()) {
-    // Without agreement the thread may sit in a cycle the others never finish: close the
-    // backend under it by failing. The orderly way is shutdown() first.
+    // Without shutdown() first (the orderly, agreed way) the thread may still wait in a cycle
+    // until the other ranks' connections close or time out.
     thread_.join();
   }
 }
