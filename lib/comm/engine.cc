@@ -7,7 +7,10 @@
 #include <cstring>
 #include <limits>
 
+#include <unistd.h>
+
 #include "lib/comm/nccl/device_executor.h"
+#include "lib/comm/nccl/hierarchy.h"
 #include "lib/comm/reduction.h"
 #include "lib/comm/shm/local_allreduce.h"
 
@@ -96,6 +99,12 @@ EngineSettings read_engine_settings(Lookup lookup) {
   s.shared_memory = parse_number(lookup, "PERSEUS_SHM", 1, 0, 1) == 1;
   s.allreduce_streams =
       static_cast<int>(parse_number(lookup, "PERSEUS_ALLREDUCE_STREAMS", 1, 1, 64));
+  const char *hierarchical = lookup("PERSEUS_HIERARCHICAL_ALLREDUCE");
+  s.hierarchical_allreduce =
+      parse_number(lookup,
+                   hierarchical && *hierarchical ? "PERSEUS_HIERARCHICAL_ALLREDUCE"
+                                                 : "HOROVOD_HIERARCHICAL_ALLREDUCE",
+                   0, 0, 1) == 1;
   const char *timeline = lookup("PERSEUS_TIMELINE");
   s.timeline = timeline ? timeline : "";
   return s;
@@ -252,6 +261,7 @@ void Engine::loop() {
       std::lock_guard lock(mutex_);
       if (stopped_) break;
     }
+    complete_device_work(true);  // queued before the shutdown was agreed
     fail_everything(Code::kNotInitialized,
                     "perseus_finalize was called on every rank before this operation ran");
   } catch (const Error &error) {
@@ -271,7 +281,8 @@ void Engine::loop() {
                                                  "libperseus, please report it): ") +
                                          error.what());
   }
-  device_.reset();  // on the thread that used it
+  device_pending_.clear();  // their requests have succeeded or failed by now
+  device_.reset();          // on the thread that used it
   local_.reset();
   set_backends_.clear();
   timeline_.flush();
@@ -281,8 +292,9 @@ nccl::DeviceExecutor &Engine::device(int ordinal) {
   if (!device_) {
     // Every rank reaches its first device operation at the same point of the agreed order, so
     // they all make the communicator together here.
-    const auto exchange = [&](int lane, const std::string &mine) {
-      const std::string key = store_.prefix + "nccl/" + std::to_string(lane) + "/unique_id";
+    const nccl::HostLayout layout = device_layout();
+    const auto exchange = [&](const std::string &which, const std::string &mine) {
+      const std::string key = store_.prefix + "nccl/" + which + "/unique_id";
       if (!mine.empty()) {
         store_.set(key, mine);
         return mine;
@@ -290,7 +302,7 @@ nccl::DeviceExecutor &Engine::device(int ordinal) {
       return store_.get(key, job_.init_timeout);
     };
     device_ = std::make_unique<nccl::DeviceExecutor>(job_.rank, job_.size, ordinal,
-                                                     settings_.allreduce_streams, exchange,
+                                                     settings_.allreduce_streams, layout, exchange,
                                                      Clock::now() + job_.init_timeout);
   } else if (device_->device() != ordinal) {
     throw Error(Code::kInvalidArgument,
@@ -300,6 +312,47 @@ nccl::DeviceExecutor &Engine::device(int ordinal) {
                     "its own)");
   }
   return *device_;
+}
+
+nccl::HostLayout Engine::device_layout() {
+  // Each rank's record: whether it asks for hierarchical all-reduces, then its host: the
+  // launcher's node number when it gave one, else the host's name.
+  constexpr size_t kRecord = 72;
+  std::vector<char> mine(kRecord, 0);
+  mine[0] = settings_.hierarchical_allreduce ? 1 : 0;
+  std::string host;
+  if (job_.node_rank >= 0) {
+    host = "node " + std::to_string(job_.node_rank);
+  } else {
+    char name[kRecord] = {};
+    gethostname(name, sizeof name - 1);
+    host = std::string("host ") + name;
+  }
+  std::copy_n(host.begin(), std::min(host.size(), kRecord - 2), mine.begin() + 1);
+  std::vector<char> all(kRecord * static_cast<size_t>(job_.size));
+  backend_->allgather(mine.data(), all.data(), kRecord, DataType::kUint8);
+  const bool wanted = all[0] != 0;
+  if (wanted != settings_.hierarchical_allreduce) {
+    std::fprintf(stderr,
+                 "perseus: rank %d: PERSEUS_HIERARCHICAL_ALLREDUCE is %d here but %d on rank 0; "
+                 "rank 0's setting holds for every rank\n",
+                 job_.rank, settings_.hierarchical_allreduce ? 1 : 0, wanted ? 1 : 0);
+  }
+  std::vector<std::string> hosts;
+  for (int r = 0; r < job_.size; ++r) {
+    if (!wanted) {
+      hosts.emplace_back("one");  // a flat layout
+      continue;
+    }
+    const char *record = all.data() + kRecord * static_cast<size_t>(r) + 1;
+    hosts.emplace_back(record, strnlen(record, kRecord - 1));
+  }
+  nccl::HostLayout layout = nccl::plan_hierarchy(hosts, job_.rank);
+  if (wanted && job_.rank == 0) {
+    std::fprintf(stderr, "perseus: hierarchical all-reduce on GPUs: %s\n",
+                 layout.describe().c_str());
+  }
+  return layout;
 }
 
 void Engine::run_device_allreduces(const std::vector<const Agreed *> &group,
@@ -313,9 +366,13 @@ void Engine::run_device_allreduces(const std::vector<const Agreed *> &group,
                       r ? r->ready_event.get() : nullptr});
   }
   const auto sent = Clock::now();
-  device(d.device).allreduce(pieces, d.type, d.op);
+  nccl::DeviceExecutor &executor = device(d.device);
+  executor.allreduce(pieces, d.type, d.op);
   if (timeline_.enabled()) {
-    for (const Agreed *a : group) timeline_.span(a->name, "NCCL_ALLREDUCE", sent, Clock::now());
+    const char *what = executor.layout().scheme == nccl::Scheme::kFlat
+                           ? "NCCL_ALLREDUCE"
+                           : "NCCL_HIERARCHICAL_ALLREDUCE";
+    for (const Agreed *a : group) timeline_.span(a->name, what, sent, Clock::now());
   }
 }
 
@@ -377,6 +434,17 @@ void Engine::cycle() {
   std::vector<std::shared_ptr<Request>> fresh;
   bool shutdown = false;
   bool join = false;
+  // While device all-reduces run on the GPU, poll for their end and for new submissions (which
+  // then negotiate while the GPU works), without sleeping.
+  complete_device_work(false);
+  while (!device_pending_.empty() && queued_.load(std::memory_order_acquire) == 0) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopped_ || shutdown_ || (join_ && !join_announced_)) break;
+    }
+    std::this_thread::yield();
+    complete_device_work(false);
+  }
   // Right after work, the next submission usually follows within microseconds (a training
   // loop's next tensor, a benchmark's next call): poll for it briefly before sleeping, which
   // saves the wake-up of a sleeping thread on every call.
@@ -546,14 +614,27 @@ void Engine::run(const std::vector<Agreed> &ready) {
     run_allreduces(group);
   }
   if (!device_queued_.empty()) {
-    // The cycle's device all-reduces were queued on several streams; they are done together.
-    device_->synchronize();
+    // The cycle's device all-reduces are queued on Perseus's streams: they complete when the
+    // GPU gets there, seen by complete_device_work() while the next cycles go on.
+    device_pending_.push_back({device_->mark(), std::move(device_queued_)});
+    device_queued_.clear();
+  }
+}
+
+void Engine::complete_device_work(bool block) {
+  while (!device_pending_.empty()) {
+    DevicePending &oldest = device_pending_.front();
+    if (block) {
+      device_->wait(oldest.marker);
+    } else if (!device_->done(oldest.marker)) {
+      return;
+    }
     const auto finished = Clock::now();
-    for (auto &[name, request] : device_queued_) {
+    for (auto &[name, request] : oldest.requests) {
       timeline_.end(name, finished);
       succeed(request);
     }
-    device_queued_.clear();
+    device_pending_.pop_front();
   }
 }
 

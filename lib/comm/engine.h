@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "lib/comm/job_environment.h"
+#include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/negotiation.h"
 #include "lib/comm/operation.h"
 #include "lib/comm/timeline.h"
@@ -55,14 +56,15 @@ struct EngineSettings {
   // PERSEUS_ALLREDUCE_STREAMS (1..64): device all-reduces (fused buffers) are spread over this
   // many CUDA streams, each with its own NCCL communicator and fusion buffer.
   int allreduce_streams = 1;
+  // PERSEUS_HIERARCHICAL_ALLREDUCE (0; 1 turns it on; HOROVOD_HIERARCHICAL_ALLREDUCE is read
+  // when it is unset): device all-reduces of a job over several hosts go in two levels, inside
+  // each host and across hosts (nccl/hierarchy.h). Rank 0's setting holds for the job.
+  bool hierarchical_allreduce = false;
 };
 
 // Reads the PERSEUS_* tuning variables above; Error(kInvalidArgument) naming a bad value.
 EngineSettings read_engine_settings(Lookup lookup);
 
-namespace nccl {
-class DeviceExecutor;
-}
 namespace shm {
 class LocalAllreduce;
 }
@@ -125,10 +127,16 @@ class Engine {
   void fail(const std::shared_ptr<Request> &request, Code code, const std::string &message);
   void report_stalls();
   nccl::DeviceExecutor &device(int ordinal);
+  // Where every rank is, and whether rank 0 asks for hierarchical all-reduces: one allgather,
+  // when the first device operation makes the communicators.
+  nccl::HostLayout device_layout();
   void run_device_allreduces(const std::vector<const Agreed *> &group,
                              const std::vector<std::shared_ptr<Request>> &requests);
   void run_device_one(const Agreed &agreed, const std::shared_ptr<Request> &request);
   void host_allreduce(void *buffer, size_t count, DataType type, ReduceOp op);
+  // Completes the device all-reduces the GPU has finished, oldest first; with `block`, waits
+  // for all of them.
+  void complete_device_work(bool block);
   transport::Backend *set_backend(int set);  // null: this rank alone in it
   int rank_in_set(int rank) const;           // in set_
 
@@ -141,8 +149,14 @@ class Engine {
   std::unique_ptr<shm::LocalAllreduce> local_;  // when every rank is on this host
   std::map<int, std::unique_ptr<transport::Backend>> set_backends_;  // sets this rank is in
   int set_ = 0;  // the process set of the operation running
-  // Device all-reduces queued this cycle, completed after DeviceExecutor::synchronize().
+  // Device all-reduces queued this cycle; then, with the marker of the streams' work after them,
+  // until the GPU has done it (oldest first).
   std::vector<std::pair<std::string, std::shared_ptr<Request>>> device_queued_;
+  struct DevicePending {
+    nccl::DeviceExecutor::Marker marker;
+    std::vector<std::pair<std::string, std::shared_ptr<Request>>> requests;
+  };
+  std::deque<DevicePending> device_pending_;
   Negotiator negotiator_;
   Timeline timeline_;
 

@@ -16,7 +16,7 @@ HostPlace place_among_hosts(const std::vector<std::string> &hosts, int rank) {
     local[r] = ranks_on[at->second]++;
   }
   const auto me = static_cast<size_t>(rank);
-  HostPlace place{local[me], ranks_on[number[me]], 0, 0};
+  HostPlace place{local[me], ranks_on[number[me]], 0, 0, number[me]};
   for (size_t r = 0; r < hosts.size(); ++r) {
     if (local[r] != local[me]) continue;
     ++place.cross_size;

@@ -12,6 +12,7 @@ struct HostPlace {
   int local_size = 1;  // ranks on this host
   int cross_rank = 0;  // index among the ranks with this local rank (one per host), host order
   int cross_size = 1;  // hosts that have a rank with this local rank
+  int node = 0;        // this rank's host's number, in the order of each host's first rank
 };
 
 // `hosts[r]` names rank r's host; hosts are numbered in the order their first rank appears, as

@@ -76,6 +76,10 @@ JobEnvironment read_job_environment(Lookup lookup) {
   e.local_size = required_int(lookup, "PERSEUS_LOCAL_SIZE", 1, kMax);
   e.cross_rank = required_int(lookup, "PERSEUS_CROSS_RANK", 0, kMax);
   e.cross_size = required_int(lookup, "PERSEUS_CROSS_SIZE", 1, kMax);
+  const char *node_rank = lookup("PERSEUS_NODE_RANK");
+  if (node_rank && *node_rank) {
+    e.node_rank = parse_int(node_rank, "PERSEUS_NODE_RANK", 0, kMax, Code::kRendezvous);
+  }
   const char *job_id = lookup("PERSEUS_JOB_ID");
   e.job_id = job_id ? job_id : "";
   check_places(e);

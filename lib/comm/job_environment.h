@@ -15,6 +15,10 @@ struct JobEnvironment {
   int local_size = 1;
   int cross_rank = 0;
   int cross_size = 1;
+  // The number of this rank's host in the job (PERSEUS_NODE_RANK; from the host names under
+  // MPI); -1 when the launcher did not say (perseus_init_with): ranks are then grouped by their
+  // host's name.
+  int node_rank = -1;
   std::string job_id;
   std::string rendezvous_addr;
   int rendezvous_port = 0;

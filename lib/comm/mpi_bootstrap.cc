@@ -242,6 +242,7 @@ JobEnvironment place_of(int rank, const std::vector<HostRecord> &hosts, const St
   job.local_size = place.local_size;
   job.cross_rank = place.cross_rank;
   job.cross_size = place.cross_size;
+  job.node_rank = place.node;
   job.rendezvous_addr = store.address;
   job.rendezvous_port = store.port;
   for (const char *name : {"PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID"}) {

@@ -74,8 +74,8 @@ Variables full_environment() {
       {"PERSEUS_CROSS_RANK", "1"},
       {"PERSEUS_CROSS_SIZE", "2"},
       {"PERSEUS_JOB_ID", "perseus-job-42"},
-      // perseusrun sets these too; libperseus does not read them.
       {"PERSEUS_NODE_RANK", "1"},
+      // perseusrun sets this too; libperseus does not read it.
       {"PERSEUS_NUM_NODES", "2"},
   };
 }
@@ -108,6 +108,7 @@ TEST_CASE("job environment: every variable present") {
   CHECK(e.local_size == 4);
   CHECK(e.cross_rank == 1);
   CHECK(e.cross_size == 2);
+  CHECK(e.node_rank == 1);
   CHECK(e.job_id == "perseus-job-42");
   CHECK(e.init_timeout == milliseconds(60'000));
   CHECK(e.collective_timeout == milliseconds(1'800'000));
@@ -119,6 +120,22 @@ TEST_CASE("job environment: optional variables") {
     Variables variables = full_environment();
     variables.erase("PERSEUS_JOB_ID");
     CHECK(read(variables).job_id.empty());
+  }
+  SUBCASE("no node rank: ranks are grouped by host name") {
+    Variables variables = full_environment();
+    variables.erase("PERSEUS_NODE_RANK");
+    CHECK(read(variables).node_rank == -1);
+  }
+  SUBCASE("a malformed node rank is a rendezvous error naming it") {
+    Variables variables = full_environment();
+    variables["PERSEUS_NODE_RANK"] = "one";
+    try {
+      read(variables);
+      FAIL("accepted");
+    } catch (const Error &error) {
+      CHECK(error.code() == Code::kRendezvous);
+      CHECK(contains(error.what(), "PERSEUS_NODE_RANK='one'"));
+    }
   }
   SUBCASE("timeouts and interface") {
     Variables variables = full_environment();

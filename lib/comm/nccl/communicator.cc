@@ -287,6 +287,19 @@ void Communicator::allreduce(const void *send, void *recv, size_t count, DataTyp
   settle(nccl_.all_reduce(send, recv, count, to_nccl(type), to_nccl(op), comm, stream), doing);
 }
 
+void Communicator::reduce(const void *send, void *recv, size_t count, DataType type, ReduceOp op,
+                          int root, CudaStream stream) {
+  const std::string doing = describe_call("reduce", count, type) + " (" + name_of(op) +
+                            ") to rank " + std::to_string(root);
+  const NcclComm comm = live_comm(doing.c_str());
+  if (root < 0 || root >= size_) {
+    throw Error(Code::kInvalidArgument, doing + ": root is not in 0.." + std::to_string(size_ - 1));
+  }
+  if (count == 0) return;
+  CurrentDevice current(cuda_, device_);
+  settle(nccl_.reduce(send, recv, count, to_nccl(type), to_nccl(op), root, comm, stream), doing);
+}
+
 void Communicator::broadcast(const void *send, void *recv, size_t count, DataType type, int root,
                              CudaStream stream) {
   const std::string doing =

@@ -74,6 +74,10 @@ class Communicator {
   // ncclAvg: the sum divided by size, with C's integer division for integer types.
   void allreduce(const void *send, void *recv, size_t count, DataType type, ReduceOp op,
                  CudaStream stream);
+  // recv on `root` = op over ranks of send (recv is not written elsewhere; send == recv is in
+  // place).
+  void reduce(const void *send, void *recv, size_t count, DataType type, ReduceOp op, int root,
+              CudaStream stream);
   // recv on every rank = send of `root` (send is read on root only; send == recv is in place).
   void broadcast(const void *send, void *recv, size_t count, DataType type, int root,
                  CudaStream stream);

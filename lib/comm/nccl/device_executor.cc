@@ -70,19 +70,33 @@ void copy_from_device(int device, void *dst, const void *src, size_t bytes) {
   cuda.check(cuda.stream_synchronize(nullptr), "waiting for the copy of a result");
 }
 
-DeviceExecutor::DeviceExecutor(int rank, int size, int device, int lanes,
-                               const LaneIdExchange &exchange,
+DeviceExecutor::DeviceExecutor(int rank, int size, int device, int lanes, const HostLayout &layout,
+                               const NamedIdExchange &exchange,
                                Communicator::Clock::time_point deadline)
-    : cuda_(cuda_api()), device_(device), lanes_(static_cast<size_t>(std::max(lanes, 1))) {
+    : cuda_(cuda_api()),
+      device_(device),
+      layout_(layout),
+      lanes_(static_cast<size_t>(std::max(lanes, 1))) {
   // NVLink multicast (NVLS) stays off unless the user turns it on: the lent GPU machines must
   // not use it, and NCCL reads the variable when the communicator is made.
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  const auto join = [&](const std::string &which, int member, int members) {
+    return std::make_unique<Communicator>(
+        member, members, device,
+        [&exchange, which](const std::string &mine) { return exchange(which, mine); }, deadline);
+  };
   for (size_t i = 0; i < lanes_.size(); ++i) {
     Lane &lane = lanes_[i];
-    const int index = static_cast<int>(i);
-    lane.communicator = std::make_unique<Communicator>(
-        rank, size, device,
-        [&exchange, index](const std::string &mine) { return exchange(index, mine); }, deadline);
+    const std::string name = std::to_string(i);
+    lane.communicator = join(name, rank, size);
+    if (layout_.scheme != Scheme::kFlat) {
+      lane.host = join(name + "/host/" + std::to_string(layout_.host_index), layout_.local_rank,
+                       layout_.local_size);
+      if (layout_.in_cross) {
+        lane.cross = join(name + "/cross/" + std::to_string(layout_.local_rank), layout_.cross_rank,
+                          layout_.cross_size);
+      }
+    }
     OnDevice on(cuda_, device_);
     cuda_.check(cuda_.stream_create_with_flags(&lane.stream, kCudaStreamNonBlocking),
                 "creating Perseus's CUDA stream");
@@ -99,11 +113,15 @@ DeviceExecutor::~DeviceExecutor() {
   }();
   for (Lane &lane : lanes_) {
     lane.fusion.reset();
+    lane.cross.reset();
+    lane.host.reset();
     lane.communicator.reset();
     cuda_.set_device(device_);
     if (lane.done) cuda_.event_destroy(lane.done);
     if (lane.stream) cuda_.stream_destroy(lane.stream);
   }
+  cuda_.set_device(device_);
+  for (CudaEvent event : events_) cuda_.event_destroy(event);
   cuda_.set_device(saved);
 }
 
@@ -121,17 +139,68 @@ void DeviceExecutor::finish(Lane &lane) {
     const CudaError state = cuda_.event_query(lane.done);
     if (state == kCudaSuccess) break;
     if (state != kCudaErrorNotReady) cuda_.check(state, "waiting for Perseus's stream");
-    lane.communicator->check_async_error();
+    check_async_errors(lane);
     std::this_thread::yield();
   }
-  lane.communicator->check_async_error();
+  check_async_errors(lane);
   lane.queued = false;
 }
 
-void DeviceExecutor::synchronize() {
-  for (Lane &lane : lanes_) {
-    if (lane.queued) finish(lane);
+void DeviceExecutor::check_async_errors(Lane &lane) {
+  lane.communicator->check_async_error();
+  if (lane.host) lane.host->check_async_error();
+  if (lane.cross) lane.cross->check_async_error();
+}
+
+void DeviceExecutor::reduce_all(Lane &lane, const void *send, void *recv, size_t count,
+                                DataType type, ReduceOp op) {
+  hierarchical_allreduce(layout_, *lane.communicator, lane.host.get(), lane.cross.get(), send, recv,
+                         count, type, op, lane.stream);
+}
+
+CudaEvent DeviceExecutor::take_event() {
+  if (!free_events_.empty()) {
+    CudaEvent event = free_events_.back();
+    free_events_.pop_back();
+    return event;
   }
+  CudaEvent event = nullptr;
+  cuda_.check(cuda_.event_create_with_flags(&event, kCudaEventDisableTiming),
+              "creating a Perseus CUDA event");
+  events_.push_back(event);
+  return event;
+}
+
+DeviceExecutor::Marker DeviceExecutor::mark() {
+  OnDevice on(cuda_, device_);
+  Marker marker;
+  for (Lane &lane : lanes_) {
+    if (!lane.queued) continue;
+    CudaEvent event = take_event();
+    marker.events.push_back(event);
+    cuda_.check(cuda_.event_record(event, lane.stream), "cudaEventRecord on Perseus's stream");
+    lane.queued = false;
+  }
+  return marker;
+}
+
+bool DeviceExecutor::done(Marker &marker) {
+  while (!marker.events.empty()) {
+    const CudaError state = cuda_.event_query(marker.events.back());
+    if (state == kCudaErrorNotReady) {
+      for (Lane &lane : lanes_) check_async_errors(lane);  // a peer lost while we wait
+      return false;
+    }
+    cuda_.check(state, "waiting for Perseus's stream");
+    free_events_.push_back(marker.events.back());
+    marker.events.pop_back();
+  }
+  for (Lane &lane : lanes_) check_async_errors(lane);
+  return true;
+}
+
+void DeviceExecutor::wait(Marker &marker) {
+  while (!done(marker)) std::this_thread::yield();
 }
 
 void *DeviceExecutor::scratch(Lane &lane, size_t bytes) {
@@ -155,7 +224,7 @@ void DeviceExecutor::allreduce(const std::vector<Piece> &pieces, DataType type, 
   if (total == 0) return;
   lane.queued = true;
   if (pieces.size() == 1 && pieces[0].send) {
-    lane.communicator->allreduce(pieces[0].send, pieces[0].recv, total, type, op, lane.stream);
+    reduce_all(lane, pieces[0].send, pieces[0].recv, total, type, op);
     return;
   }
   auto *buffer = static_cast<uint8_t *>(scratch(lane, total * unit));
@@ -173,7 +242,7 @@ void DeviceExecutor::allreduce(const std::vector<Piece> &pieces, DataType type, 
     }
     offset += bytes;
   }
-  lane.communicator->allreduce(buffer, buffer, total, type, op, lane.stream);
+  reduce_all(lane, buffer, buffer, total, type, op);
   offset = 0;
   for (const Piece &p : pieces) {
     const size_t bytes = p.count * unit;

@@ -33,6 +33,7 @@ void bind_all(const SharedLibrary &library, NcclApi &api) {
   library.bind(api.comm_destroy, "ncclCommDestroy");
   library.bind(api.all_reduce, "ncclAllReduce");
   library.bind(api.broadcast, "ncclBroadcast");
+  library.bind(api.reduce, "ncclReduce");
   library.bind(api.all_gather, "ncclAllGather");
   library.bind(api.reduce_scatter, "ncclReduceScatter");
   library.bind(api.send, "ncclSend");

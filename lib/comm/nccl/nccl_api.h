@@ -94,6 +94,8 @@ struct NcclApi {
                            CudaStream stream) = nullptr;  // ncclAllReduce
   NcclResult (*broadcast)(const void *send, void *recv, size_t count, NcclDataType type, int root,
                           NcclComm comm, CudaStream stream) = nullptr;  // ncclBroadcast
+  NcclResult (*reduce)(const void *send, void *recv, size_t count, NcclDataType type, NcclRedOp op,
+                       int root, NcclComm comm, CudaStream stream) = nullptr;  // ncclReduce
   NcclResult (*all_gather)(const void *send, void *recv, size_t send_count, NcclDataType type,
                            NcclComm comm, CudaStream stream) = nullptr;  // ncclAllGather
   NcclResult (*reduce_scatter)(const void *send, void *recv, size_t recv_count, NcclDataType type,
