@@ -8,13 +8,15 @@ the other, in the same run; float32 SUM all-reduces of 8 B, 32 B, 128 B, ... (x4
 1 GB:
   raw      build/bench/nccl/nccl_raw_allreduce: one process drives every GPU (ncclCommInitAll),
            back-to-back calls ended by one stream synchronisation (nccl-tests' method); out of
-           place and --in-place
+           place and --in-place; and out of place --blocking (a synchronisation per call)
   perseus  this script with --perseus-child under `perseusrun -np N -H localhost:N`, one rank
            per GPU: libperseus's C ABI through ctypes on torch CUDA tensors, each call a
            perseus_allreduce_async (device = the tensor's, stream = torch's current) and a
            perseus_wait (blocking: the result is final when wait returns); out of place and
            in place; the same name for every call of a size (the cached negotiation path, as a
-           training loop's)
+           training loop's). Pipelined: ITERS requests submitted at once (names reused from
+           round to round), then waited for, with PERSEUS_FUSION_THRESHOLD=0 in the ranks so that
+           each is its own NCCL call as raw's are (the like-for-like peer of raw's method)
   torch    this script with --torch-child under the same perseusrun (MASTER_ADDR, MASTER_PORT,
            RANK, WORLD_SIZE), dist.init_process_group("nccl"), in place (torch's only form):
            blocking (all_reduce then torch.cuda.synchronize per call) and pipelined (iters calls
@@ -24,9 +26,17 @@ largest over the ranks. algbw = bytes / time; busbw = algbw * 2 (N - 1) / N (ncc
 one GPU, where NCCL's all-reduce is a local copy (out of place) or nothing (in place), so what
 is measured is the per-call overhead of each path.
 
+--simulate-hosts SIZES (e.g. 2 or 2,2) runs the Perseus and torch peers with sum(SIZES) ranks on
+one GPU, each rank told it is on a host of its own by NCCL_HOSTID and its place in the
+simulated hosts by scripts/gpu/as_simulated_host.sh, so that NCCL carries the data between
+ranks through its socket transport over loopback: a transfer-bound comparison on a machine
+with one GPU (raw, a single process, cannot take part), though the socket transport's own
+latency (milliseconds per call) dominates there. PERSEUS_HIERARCHICAL_ALLREDUCE in the
+environment reaches the ranks.
+
 Prints a Markdown table: time/call of each peer, and the ratios Perseus/raw (out of place,
-Perseus blocking against raw pipelined) and Perseus/torch (in place, both blocking); below 1:
-Perseus is faster. Writes every figure as JSON (--json). NCCL_NVLS_ENABLE=0 in every process.
+pipelined against pipelined and blocking against blocking) and Perseus/torch (in place, the
+same pairs); below 1: Perseus is faster. Writes every figure as JSON (--json). NCCL_NVLS_ENABLE=0 in every process.
 """
 import argparse
 import ctypes
@@ -70,6 +80,7 @@ def size_name(n):
 
 
 def perseus_child(args):
+    os.environ["PERSEUS_FUSION_THRESHOLD"] = "0"  # read by perseus_init: one NCCL call each
     import torch
     path = os.environ.get("PERSEUS_LIBRARY") or os.path.join(ROOT, args.build_dir,
                                                              "lib/comm/libperseus.so")
@@ -105,6 +116,21 @@ def perseus_child(args):
         if rc != 0:
             sys.exit(f"perseus child: wait: {lib.perseus_last_error().decode()}")
 
+    def pipelined(src, dst, count, names):
+        reqs = []
+        for name in names:
+            req = ctypes.c_void_p()
+            rc = lib.perseus_allreduce_async(src, dst, count, FLOAT32, SUM, 1.0, 1.0, name,
+                                             dev.index, stream, ctypes.byref(req))
+            if rc != 0:
+                sys.exit(f"perseus child: submit: {lib.perseus_last_error().decode()}")
+            reqs.append(req)
+        for req in reqs:
+            rc = lib.perseus_wait(req)
+            lib.perseus_release(req)
+            if rc != 0:
+                sys.exit(f"perseus child: wait: {lib.perseus_last_error().decode()}")
+
     def max_over_ranks(x):
         t = (ctypes.c_double * 1)(x)
         lib.perseus_allreduce(t, t, 1, 7, 3, b"bench.max")  # float64 max on the host (Gloo)
@@ -135,6 +161,18 @@ def perseus_child(args):
             if mode == "in_place":
                 send[:count].fill_(1.0)
             records.append(dict(peer="perseus", mode=mode, blocking=True, n=size, bytes=nbytes,
+                                iters=iters, time_us=seconds * 1e6, correct=ok))
+            names = [f"bench.pipe.{mode}.{nbytes}.{k}".encode() for k in range(iters)]
+            if mode == "in_place":
+                send[:count].zero_()
+            pipelined(src, dst, count, names)  # negotiates the names once
+            torch.cuda.synchronize(dev)
+            start = time.perf_counter()
+            pipelined(src, dst, count, names)
+            seconds = max_over_ranks((time.perf_counter() - start) / iters)
+            if mode == "in_place":
+                send[:count].fill_(1.0)
+            records.append(dict(peer="perseus", mode=mode, blocking=False, n=size, bytes=nbytes,
                                 iters=iters, time_us=seconds * 1e6, correct=ok))
     if rank == 0:
         with open(args.out, "w") as f:
@@ -198,9 +236,12 @@ def gpu_count():
 def run_child(kind, args, n, sizes, tmp):
     out = os.path.join(tmp, f"{kind}.json")
     cmd = [os.path.join(ROOT, args.build_dir, "apps/perseusrun/perseusrun"), "-np", str(n),
-           "-H", f"localhost:{n}", "-x", "NCCL_NVLS_ENABLE=0", "--timeout", "300",
-           sys.executable, os.path.abspath(__file__), f"--{kind}-child", "--out", out,
-           "--sizes", ",".join(map(str, sizes)), "--build-dir", args.build_dir]
+           "-H", f"localhost:{n}", "-x", "NCCL_NVLS_ENABLE=0", "--timeout", "300"]
+    if args.simulate_hosts:
+        cmd += ["--gpu-bind", "none", "-x", "PERSEUS_HIERARCHICAL_ALLREDUCE",
+                os.path.join(ROOT, "scripts/gpu/as_simulated_host.sh"), args.simulate_hosts]
+    cmd += [sys.executable, os.path.abspath(__file__), f"--{kind}-child", "--out", out,
+            "--sizes", ",".join(map(str, sizes)), "--build-dir", args.build_dir]
     start = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     print(f"# {kind}: exit {p.returncode} in {time.time() - start:.1f} s", flush=True)
@@ -210,16 +251,19 @@ def run_child(kind, args, n, sizes, tmp):
     return json.load(open(out))
 
 
-def run_raw(args, n, max_bytes, in_place):
+def run_raw(args, n, max_bytes, in_place, blocking=False):
     exe = os.path.join(ROOT, args.build_dir, "bench/nccl/nccl_raw_allreduce")
     if not os.path.exists(exe):
         exe = os.path.join(ROOT, ".device/bin/nccl_raw_allreduce")
     cmd = [exe, "--min-bytes", "8", "--max-bytes", str(max_bytes), "--gpus", str(n)]
     if in_place:
         cmd.append("--in-place")
+    if blocking:
+        cmd.append("--blocking")
     start = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    print(f"# raw ({'in place' if in_place else 'out of place'}): exit {p.returncode} in "
+    print(f"# raw ({'in place' if in_place else 'out of place'}"
+          f"{', blocking' if blocking else ''}): exit {p.returncode} in "
           f"{time.time() - start:.1f} s", flush=True)
     header = [line for line in p.stdout.splitlines() if line.startswith("# nccl_raw")]
     records = []
@@ -227,7 +271,7 @@ def run_raw(args, n, max_bytes, in_place):
         if line.startswith("{"):
             r = json.loads(line)
             records.append(dict(peer="raw", mode="in_place" if in_place else "out_of_place",
-                                blocking=False, n=n, bytes=r["bytes"], iters=r["iters"],
+                                blocking=blocking, n=n, bytes=r["bytes"], iters=r["iters"],
                                 time_us=r["time_us"], correct=r["correct"]))
     if p.returncode != 0:
         print(p.stdout[-2000:], p.stderr[-2000:], sep="\n")
@@ -240,6 +284,8 @@ def main():
     parser.add_argument("--max-bytes", type=int, default=GB)
     parser.add_argument("--quick", action="store_true", help="x16 steps")
     parser.add_argument("--json")
+    parser.add_argument("--simulate-hosts", metavar="SIZES",
+                        help="ranks per simulated host on one GPU, e.g. 2,2 (see above)")
     parser.add_argument("--perseus-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -252,23 +298,32 @@ def main():
         return torch_child(args)
 
     n = gpu_count()
+    if args.simulate_hosts:
+        n = sum(int(k) for k in args.simulate_hosts.split(","))
     sizes = sizes_for(args.max_bytes, args.quick)
     versions = subprocess.run(
         [sys.executable, "-c", "import torch; print(torch.__version__, torch.version.cuda, "
          "'.'.join(map(str, torch.cuda.nccl.version())))"],
         capture_output=True, text=True).stdout.split()
-    print(f"# gpu_allreduce: {n} GPU(s), float32 sum, sizes {size_name(sizes[0])} to "
+    where = (f"{n} ranks on one GPU as hosts of {args.simulate_hosts} rank(s) (NCCL over "
+             f"sockets; PERSEUS_HIERARCHICAL_ALLREDUCE="
+             f"{os.environ.get('PERSEUS_HIERARCHICAL_ALLREDUCE', '0')})"
+             if args.simulate_hosts else f"{n} GPU(s)")
+    print(f"# gpu_allreduce: {where}, float32 sum, sizes {size_name(sizes[0])} to "
           f"{size_name(sizes[-1])}; torch {' / CUDA '.join(versions[:2]) if versions else '?'}"
           f"{', NCCL ' + versions[2] + ' inside torch' if len(versions) > 2 else ''}", flush=True)
     records = []
-    raw_out, header = run_raw(args, n, sizes[-1], False)
-    raw_in, _ = run_raw(args, n, sizes[-1], True)
+    raw_out, raw_in, raw_blocking, header = [], [], [], []
+    if not args.simulate_hosts:
+        raw_out, header = run_raw(args, n, sizes[-1], False)
+        raw_in, _ = run_raw(args, n, sizes[-1], True)
+        raw_blocking, _ = run_raw(args, n, sizes[-1], False, blocking=True)
     for line in header:
         print(line)
     with tempfile.TemporaryDirectory() as tmp:
         records += run_child("perseus", args, n, sizes, tmp)
         records += run_child("torch", args, n, sizes, tmp)
-    records += [r for r in raw_out + raw_in if r["bytes"] in sizes]
+    records += [r for r in raw_out + raw_in + raw_blocking if r["bytes"] in sizes]
 
     def t(peer, mode, blocking, nbytes):
         for r in records:
@@ -285,31 +340,38 @@ def main():
         return f"{a['time_us'] / b['time_us']:.2f}" if a and b else "-"
 
     print()
-    print(f"Time per call in us, {n} GPU(s); raw = NCCL pipelined, Perseus = blocking "
-          "(submit + wait), torch blocking = all_reduce + synchronize, torch pipelined = "
-          "back-to-back calls, one synchronize.")
+    print(f"Time per call in us, {where}. Pipelined: back-to-back calls, one wait at the end "
+          "(raw: NCCL calls; Perseus: async requests, fusion off; torch: all_reduce calls); "
+          "blocking: each call waited for (raw: stream synchronize; Perseus: perseus_wait; "
+          "torch: all_reduce + synchronize). Ratios below 1: Perseus is faster.")
     print()
-    print("| size | raw out | Perseus out | Perseus/raw | raw in | Perseus in | torch in "
-          "blocking | torch in pipelined | Perseus/torch (in, blocking) | Perseus out algbw GB/s "
-          "| busbw GB/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| size | raw out pipelined | Perseus out pipelined | Perseus/raw pipelined | raw out "
+          "blocking | Perseus out blocking | Perseus/raw blocking | raw in pipelined | Perseus in "
+          "pipelined | Perseus in blocking | torch in blocking | torch in pipelined | "
+          "Perseus/torch (in, blocking) | Perseus/torch (in, pipelined) | Perseus out pipelined "
+          "busbw GB/s |")
+    print("|" + "---|" * 15)
     bad = False
     for b in sizes:
-        ro, po = t("raw", "out_of_place", False, b), t("perseus", "out_of_place", True, b)
-        ri, pi = t("raw", "in_place", False, b), t("perseus", "in_place", True, b)
+        ro, rb = t("raw", "out_of_place", False, b), t("raw", "out_of_place", True, b)
+        po, pb = t("perseus", "out_of_place", False, b), t("perseus", "out_of_place", True, b)
+        ri, pip = t("raw", "in_place", False, b), t("perseus", "in_place", False, b)
+        pi = t("perseus", "in_place", True, b)
         tb, tp = t("torch", "in_place", True, b), t("torch", "in_place", False, b)
-        for r in (ro, po, pi, tb, tp):
+        for r in (ro, rb, po, pb, pip, pi, tb, tp):
             bad |= bool(r) and not r["correct"]
         algbw = b / (po["time_us"] * 1e-6) / 1e9 if po else 0.0
         busbw = algbw * 2 * (n - 1) / n
-        print(f"| {size_name(b)} | {fmt(ro)} | {fmt(po)} | {ratio(po, ro)} | {fmt(ri)} | "
-              f"{fmt(pi)} | {fmt(tb)} | {fmt(tp)} | {ratio(pi, tb)} | {algbw:.1f} | {busbw:.1f} |")
-    missing = [p for p in ("raw", "perseus", "torch") if not any(r["peer"] == p for r in records)]
+        print(f"| {size_name(b)} | {fmt(ro)} | {fmt(po)} | {ratio(po, ro)} | {fmt(rb)} | "
+              f"{fmt(pb)} | {ratio(pb, rb)} | {fmt(ri)} | {fmt(pip)} | {fmt(pi)} | {fmt(tb)} | "
+              f"{fmt(tp)} | {ratio(pi, tb)} | {ratio(pip, tp)} | {busbw:.1f} |")
+    peers = ("perseus", "torch") if args.simulate_hosts else ("raw", "perseus", "torch")
+    missing = [p for p in peers if not any(r["peer"] == p for r in records)]
     if missing:
         print(f"\nmissing peers: {', '.join(missing)}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(gpus=n, sizes=sizes, torch=versions, raw_header=header,
+            json.dump(dict(gpus=n, simulate_hosts=args.simulate_hosts, sizes=sizes, torch=versions, raw_header=header,
                            records=records), f, indent=1)
     return 1 if bad or missing else 0
 

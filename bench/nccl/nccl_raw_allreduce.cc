@@ -7,8 +7,9 @@
 // builds without nvcc or CUDA headers and runs wherever libcudart and libnccl.so.2 load.
 //
 // Times are host wall clock around `iters` back-to-back all-reduces on every GPU, ended by a
-// stream synchronisation (nccl-tests' method). algbw = bytes / time; busbw = algbw * 2 (n - 1) / n,
-// nccl-tests' bus bandwidth, which is 0 for one GPU (nothing crosses a link).
+// stream synchronisation (nccl-tests' method); --blocking synchronises after every call instead.
+// algbw = bytes / time; busbw = algbw * 2 (n - 1) / n, nccl-tests' bus bandwidth, which is 0 for
+// one GPU (nothing crosses a link).
 
 #include <algorithm>
 #include <chrono>
@@ -33,6 +34,7 @@ struct Options {
   int warmup = 5;
   int iters = 0;  // 0: by size (see iterations_for)
   bool in_place = false;
+  bool blocking = false;  // synchronise after every call (a blocking API's cost)
 };
 
 struct Gpu {
@@ -46,7 +48,7 @@ struct Gpu {
 [[noreturn]] void usage(const char *program) {
   std::fprintf(stderr,
                "usage: %s [--min-bytes N] [--max-bytes N] [--gpus N] [--warmup N] [--iters N] "
-               "[--in-place]\n",
+               "[--in-place] [--blocking]\n",
                program);
   std::exit(2);
 }
@@ -68,6 +70,8 @@ Options parse(int argc, char **argv) {
       options.iters = static_cast<int>(value());
     } else if (arg == "--in-place") {
       options.in_place = true;
+    } else if (arg == "--blocking") {
+      options.blocking = true;
     } else {
       usage(argv[0]);
     }
@@ -92,7 +96,7 @@ void nccl_check(const NcclApi &nccl, NcclResult result, const char *doing) {
 }
 
 void run_all(const CudaApi &cuda, const NcclApi &nccl, std::vector<Gpu> &gpus, size_t count,
-             bool in_place, int times) {
+             bool in_place, bool blocking, int times) {
   for (int t = 0; t < times; ++t) {
     nccl_check(nccl, nccl.group_start(), "ncclGroupStart");
     for (Gpu &gpu : gpus) {
@@ -103,6 +107,11 @@ void run_all(const CudaApi &cuda, const NcclApi &nccl, std::vector<Gpu> &gpus, s
           "ncclAllReduce");
     }
     nccl_check(nccl, nccl.group_end(), "ncclGroupEnd");
+    if (blocking) {
+      for (Gpu &gpu : gpus) {
+        cuda.check(cuda.stream_synchronize(gpu.stream), "cudaStreamSynchronize");
+      }
+    }
   }
   for (Gpu &gpu : gpus) cuda.check(cuda.stream_synchronize(gpu.stream), "cudaStreamSynchronize");
 }
@@ -183,18 +192,20 @@ int run(const Options &options) {
   const size_t max_count = options.max_bytes / sizeof(float);
   set_up(cuda, nccl, gpus, max_count);
 
-  std::printf("# nccl_raw_allreduce: NCCL %s (%s), CUDA runtime %s, %d GPU(s), float32 sum, %s\n",
-              nccl.version_string().c_str(), nccl.library.c_str(), cuda.library.c_str(), n,
-              options.in_place ? "in place" : "out of place");
+  std::printf(
+      "# nccl_raw_allreduce: NCCL %s (%s), CUDA runtime %s, %d GPU(s), float32 sum, %s, %s\n",
+      nccl.version_string().c_str(), nccl.library.c_str(), cuda.library.c_str(), n,
+      options.in_place ? "in place" : "out of place",
+      options.blocking ? "synchronised after each call" : "back to back");
   std::printf("%14s %8s %12s %12s %12s %6s\n", "bytes", "iters", "time_us", "algbw_GB/s",
               "busbw_GB/s", "check");
   std::vector<Row> rows;
   for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
     const size_t count = bytes / sizeof(float);
     const int iters = iterations_for(bytes, options);
-    run_all(cuda, nccl, gpus, count, options.in_place, options.warmup);
+    run_all(cuda, nccl, gpus, count, options.in_place, options.blocking, options.warmup);
     const auto start = std::chrono::steady_clock::now();
-    run_all(cuda, nccl, gpus, count, options.in_place, iters);
+    run_all(cuda, nccl, gpus, count, options.in_place, options.blocking, iters);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     const double seconds = took.count() / iters;
     const double algbw = static_cast<double>(bytes) / seconds / 1e9;
@@ -208,10 +219,12 @@ int run(const Options &options) {
   for (const Row &row : rows) {
     std::printf(
         "{\"bench\":\"nccl_raw_allreduce\",\"nccl\":\"%s\",\"gpus\":%d,\"dtype\":\"float32\","
-        "\"in_place\":%s,\"bytes\":%zu,\"iters\":%d,\"time_us\":%.3f,\"algbw_gbps\":%.3f,"
+        "\"in_place\":%s,\"blocking\":%s,\"bytes\":%zu,\"iters\":%d,\"time_us\":%.3f,\"algbw_"
+        "gbps\":%.3f,"
         "\"busbw_gbps\":%.3f,\"correct\":%s}\n",
-        nccl.version_string().c_str(), n, options.in_place ? "true" : "false", row.bytes, row.iters,
-        row.time_us, row.algbw, row.busbw, row.ok ? "true" : "false");
+        nccl.version_string().c_str(), n, options.in_place ? "true" : "false",
+        options.blocking ? "true" : "false", row.bytes, row.iters, row.time_us, row.algbw,
+        row.busbw, row.ok ? "true" : "false");
   }
   tear_down(cuda, nccl, gpus);
   for (const Row &row : rows) {
