@@ -33,6 +33,9 @@ constexpr auto kPollFor = std::chrono::microseconds(50);
 // (and never longer than the cycle time).
 constexpr auto kSettle = std::chrono::microseconds(5);
 constexpr auto kSettleAtMost = std::chrono::microseconds(500);
+// After this many cycles in a row that each found one request and no burst behind it (a loop of
+// blocking calls), the thread stops settling until a cycle finds several requests again.
+constexpr int kLoneCyclesBeforeNoSettle = 3;
 
 // After this long without any work the thread sleeps longer between cycles.
 constexpr auto kIdleAfter = std::chrono::seconds(1);
@@ -463,11 +466,12 @@ void Engine::cycle() {
   }
   // Submissions come in bursts (a backward pass's gradients, a loop of async calls): while the
   // queue still grows, let it, so that one cycle takes the burst and fuses it, instead of a
-  // cycle per tensor. A lone blocking call pays one short settle.
-  if (queued_.load(std::memory_order_acquire) > 0) {
+  // cycle per tensor. A lone blocking call pays one short settle, and a run of them none.
+  const size_t found = queued_.load(std::memory_order_acquire);
+  if (found > 1 || (found == 1 && lone_cycles_ < kLoneCyclesBeforeNoSettle)) {
     const auto limit =
         Clock::now() + std::min<std::chrono::microseconds>(settings_.cycle_time, kSettleAtMost);
-    size_t seen = queued_.load(std::memory_order_acquire);
+    size_t seen = found;
     for (;;) {
       const auto quiet_until = Clock::now() + kSettle;
       while (Clock::now() < quiet_until) std::this_thread::yield();
@@ -480,6 +484,11 @@ void Engine::cycle() {
     std::unique_lock lock(mutex_);
     fresh.assign(queue_.begin(), queue_.end());
     queue_.clear();
+    if (fresh.size() == 1) {
+      lone_cycles_ = std::min(lone_cycles_ + 1, kLoneCyclesBeforeNoSettle);
+    } else if (fresh.size() > 1) {
+      lone_cycles_ = 0;
+    }
     queued_.store(0, std::memory_order_release);
     shutdown = shutdown_;
     if (join_ && !join_announced_) {

@@ -180,6 +180,7 @@ class Engine {
   std::vector<std::string> cancel_;  // rank 0: names to give up on, sent next cycle
   std::chrono::steady_clock::time_point last_stall_report_;
   std::chrono::steady_clock::time_point last_work_;
+  int lone_cycles_ = 0;  // cycles in a row that found one request each (see kLoneCycles...)
   std::thread thread_;
 };
 
