@@ -82,6 +82,17 @@ def test_init_outside_perseusrun_says_to_use_it():
     assert "returned -3" in proc.stderr and "under perseusrun" in proc.stderr, show(proc)
 
 
+@pytest.mark.parametrize("variable,value", [("PERSEUS_HIERARCHICAL_ALLREDUCE", "yes"),
+                                            ("HOROVOD_HIERARCHICAL_ALLREDUCE", "2"),
+                                            ("PERSEUS_ALLREDUCE_STREAMS", "0")])
+def test_malformed_tuning_variable_fails_init_naming_it(variable, value):
+    proc, _ = run(["-np", "2", "-H", "localhost:2", "-x", "%s=%s" % (variable, value),
+                   COLLECTIVES])
+    assert proc.returncode == 1, show(proc)
+    assert "returned -1" in proc.stderr, show(proc)  # PERSEUS_ERROR_INVALID_ARGUMENT
+    assert "%s='%s' is not a whole number" % (variable, value) in proc.stderr, show(proc)
+
+
 def test_init_times_out_naming_what_it_waited_for(tmp_path):
     # Rank 1 never calls perseus_init; rank 0 must give up after PERSEUS_INIT_TIMEOUT seconds
     # and say what it waited for, and perseusrun's fail-fast ends rank 1.
