@@ -79,29 +79,6 @@ void *at(void *base, size_t elements, DataType type) {
   return static_cast<char *>(base) + elements * element_size(type);
 }
 
-// Makes `device` current for one call and restores the caller's device after it, so that the
-// engine's thread and the framework's threads keep the device they chose.
-class CurrentDevice {
- public:
-  CurrentDevice(const CudaApi &cuda, int device) : cuda_(cuda) {
-    cuda_.check(cuda_.get_device(&previous_), "cudaGetDevice");
-    if (previous_ != device) {
-      cuda_.check(cuda_.set_device(device), "cudaSetDevice(" + std::to_string(device) + ")");
-    }
-    changed_ = previous_ != device;
-  }
-  ~CurrentDevice() {
-    if (changed_) cuda_.set_device(previous_);
-  }
-  CurrentDevice(const CurrentDevice &) = delete;
-  CurrentDevice &operator=(const CurrentDevice &) = delete;
-
- private:
-  const CudaApi &cuda_;
-  int previous_ = 0;
-  bool changed_ = false;
-};
-
 }  // namespace
 
 Communicator::Communicator(int rank, int size, int device, const IdExchange &exchange,
@@ -127,7 +104,7 @@ Communicator::Communicator(const CudaApi &cuda, const NcclApi &nccl, int rank, i
 
 void Communicator::init(const IdExchange &exchange, Clock::time_point deadline) {
   const auto start = Clock::now();
-  CurrentDevice current(cuda_, device_);
+  ScopedDevice current(cuda_, device_);
   std::string mine;
   if (rank_ == 0) {
     NcclUniqueId id{};
@@ -253,7 +230,7 @@ void Communicator::check_async_error() {
 
 void Communicator::finalize(std::chrono::milliseconds timeout) {
   const NcclComm comm = live_comm("finalize");
-  CurrentDevice current(cuda_, device_);
+  ScopedDevice current(cuda_, device_);
   // ncclCommFinalize flushes the queued operations without blocking; the communicator reports
   // success once they are done, and only then does ncclCommDestroy free it without waiting.
   NcclResult result = nccl_.comm_finalize(comm);
@@ -283,7 +260,7 @@ void Communicator::allreduce(const void *send, void *recv, size_t count, DataTyp
   const std::string doing = describe_call("allreduce", count, type) + " (" + name_of(op) + ")";
   const NcclComm comm = live_comm(doing.c_str());
   if (count == 0) return;
-  CurrentDevice current(cuda_, device_);
+  ScopedDevice current(cuda_, device_);
   settle(nccl_.all_reduce(send, recv, count, to_nccl(type), to_nccl(op), comm, stream), doing);
 }
 
@@ -296,7 +273,7 @@ void Communicator::reduce(const void *send, void *recv, size_t count, DataType t
     throw Error(Code::kInvalidArgument, doing + ": root is not in 0.." + std::to_string(size_ - 1));
   }
   if (count == 0) return;
-  CurrentDevice current(cuda_, device_);
+  ScopedDevice current(cuda_, device_);
   settle(nccl_.reduce(send, recv, count, to_nccl(type), to_nccl(op), root, comm, stream), doing);
 }
 
@@ -309,7 +286,7 @@ void Communicator::broadcast(const void *send, void *recv, size_t count, DataTyp
     throw Error(Code::kInvalidArgument, doing + ": root is not in 0.." + std::to_string(size_ - 1));
   }
   if (count == 0) return;
-  CurrentDevice current(cuda_, device_);
+  ScopedDevice current(cuda_, device_);
   settle(nccl_.broadcast(send, recv, count, to_nccl(type), root, comm, stream), doing);
 }
 
@@ -318,7 +295,7 @@ void Communicator::allgather(const void *send, void *recv, size_t count, DataTyp
   const std::string doing = describe_call("allgather", count, type);
   const NcclComm comm = live_comm(doing.c_str());
   if (count == 0) return;
-  CurrentDevice current(cuda_, device_);
+  ScopedDevice current(cuda_, device_);
   settle(nccl_.all_gather(send, recv, count, to_nccl(type), comm, stream), doing);
 }
 
@@ -334,7 +311,7 @@ void Communicator::allgatherv(const void *send, void *recv, std::span<const size
     allgather(send, recv, counts[0], type, stream);
     return;
   }
-  CurrentDevice current(cuda_, device_);
+  ScopedDevice current(cuda_, device_);
   NcclResult first_error = nccl_.group_start();
   size_t offset = 0;
   for (int root = 0; root < size_ && first_error == kNcclSuccess; ++root) {
@@ -357,7 +334,7 @@ void Communicator::reducescatter(const void *send, void *recv, size_t recv_count
       describe_call("reducescatter", recv_count, type) + " per rank (" + name_of(op) + ")";
   const NcclComm comm = live_comm(doing.c_str());
   if (recv_count == 0) return;
-  CurrentDevice current(cuda_, device_);
+  ScopedDevice current(cuda_, device_);
   settle(nccl_.reduce_scatter(send, recv, recv_count, to_nccl(type), to_nccl(op), comm, stream),
          doing);
 }
@@ -374,7 +351,7 @@ void Communicator::alltoallv(const void *send, std::span<const size_t> send_coun
                     std::to_string(recv_counts.size()) + " receive counts for " +
                     std::to_string(size_) + " ranks");
   }
-  CurrentDevice current(cuda_, device_);
+  ScopedDevice current(cuda_, device_);
   size_t send_offset = 0;
   size_t recv_offset = 0;
   std::vector<size_t> send_at(send_counts.size());

@@ -196,4 +196,16 @@ void check_host_pointer(const CudaApi &cuda, const void *pointer, const std::str
   }
 }
 
+ScopedDevice::ScopedDevice(const CudaApi &cuda, int device) : cuda_(cuda) {
+  cuda_.check(cuda_.get_device(&previous_), "cudaGetDevice");
+  changed_ = previous_ != device;
+  if (changed_) {
+    cuda_.check(cuda_.set_device(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  }
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (changed_) cuda_.set_device(previous_);
+}
+
 }  // namespace perseus::comm::nccl

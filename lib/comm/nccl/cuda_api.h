@@ -101,4 +101,20 @@ bool cuda_in_use();
 // host can read it): a CUDA tensor passed as PERSEUS_DEVICE_CPU would otherwise crash Gloo.
 void check_host_pointer(const CudaApi &cuda, const void *pointer, const std::string &what);
 
+// Makes `device` the calling thread's current CUDA device for the length of a scope and then
+// restores the one it had, so that the engine's thread and the framework's threads keep the
+// device they chose. Calls cudaSetDevice only when the device differs.
+class ScopedDevice {
+ public:
+  ScopedDevice(const CudaApi &cuda, int device);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice &) = delete;
+  ScopedDevice &operator=(const ScopedDevice &) = delete;
+
+ private:
+  const CudaApi &cuda_;
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
 }  // namespace perseus::comm::nccl

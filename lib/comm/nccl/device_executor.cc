@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -11,31 +13,50 @@ namespace perseus::comm::nccl {
 
 namespace {
 
-// Makes `device` current for the length of a scope and restores the caller's device after.
-class OnDevice {
+// Submission events are reused rather than made and destroyed per operation (two CUDA calls of
+// a microsecond or so each). Once the request lets go of one, the engine has already queued its
+// stream's wait for it, which took the event's state at that time, so recording it again is safe.
+// Kept for the life of the process (never destroyed: a request may be released during exit).
+class EventPool {
  public:
-  OnDevice(const CudaApi &cuda, int device) : cuda_(cuda) {
-    cuda_.check(cuda_.get_device(&previous_), "cudaGetDevice");
-    if (previous_ != device) cuda_.check(cuda_.set_device(device), "cudaSetDevice");
+  static EventPool &instance() {
+    static auto *pool = new EventPool;
+    return *pool;
   }
-  ~OnDevice() { cuda_.set_device(previous_); }
-  OnDevice(const OnDevice &) = delete;
-  OnDevice &operator=(const OnDevice &) = delete;
+  // An event of the current device, `device`.
+  CudaEvent take(const CudaApi &cuda, int device) {
+    {
+      std::lock_guard lock(mutex_);
+      auto &free = free_[device];
+      if (!free.empty()) {
+        CudaEvent event = free.back();
+        free.pop_back();
+        return event;
+      }
+    }
+    CudaEvent event = nullptr;
+    cuda.check(cuda.event_create_with_flags(&event, kCudaEventDisableTiming),
+               "cudaEventCreateWithFlags for the submission's event");
+    return event;
+  }
+  void give_back(int device, CudaEvent event) {
+    std::lock_guard lock(mutex_);
+    free_[device].push_back(event);
+  }
 
  private:
-  const CudaApi &cuda_;
-  int previous_ = 0;
+  std::mutex mutex_;
+  std::map<int, std::vector<CudaEvent>> free_;
 };
 
 }  // namespace
 
 std::shared_ptr<void> record_ready_event(int device, CudaStream stream) {
   const CudaApi &cuda = cuda_api();
-  OnDevice on(cuda, device);
-  CudaEvent event = nullptr;
-  cuda.check(cuda.event_create_with_flags(&event, kCudaEventDisableTiming),
-             "cudaEventCreateWithFlags for the submission's event");
-  std::shared_ptr<void> owned(event, [&cuda](void *e) { cuda.event_destroy(e); });
+  ScopedDevice on(cuda, device);
+  CudaEvent event = EventPool::instance().take(cuda, device);
+  std::shared_ptr<void> owned(event,
+                              [device](void *e) { EventPool::instance().give_back(device, e); });
   cuda.check(cuda.event_record(event, stream),
              "cudaEventRecord on the caller's stream (is it a stream of CUDA device " +
                  std::to_string(device) + "?)");
@@ -44,7 +65,7 @@ std::shared_ptr<void> record_ready_event(int device, CudaStream stream) {
 
 std::shared_ptr<void> allocate_device(int device, size_t bytes) {
   const CudaApi &cuda = cuda_api();
-  OnDevice on(cuda, device);
+  ScopedDevice on(cuda, device);
   void *pointer = nullptr;
   cuda.check(
       cuda.malloc(&pointer, std::max<size_t>(bytes, 1)),
@@ -64,7 +85,7 @@ std::shared_ptr<void> allocate_device(int device, size_t bytes) {
 void copy_from_device(int device, void *dst, const void *src, size_t bytes) {
   if (bytes == 0) return;
   const CudaApi &cuda = cuda_api();
-  OnDevice on(cuda, device);
+  ScopedDevice on(cuda, device);
   cuda.check(cuda.memcpy_async(dst, src, bytes, kCudaMemcpyDefault, nullptr),
              "copying a result of " + std::to_string(bytes) + " bytes");
   cuda.check(cuda.stream_synchronize(nullptr), "waiting for the copy of a result");
@@ -97,7 +118,7 @@ DeviceExecutor::DeviceExecutor(int rank, int size, int device, int lanes, const 
                           layout_.cross_size);
       }
     }
-    OnDevice on(cuda_, device_);
+    ScopedDevice on(cuda_, device_);
     cuda_.check(cuda_.stream_create_with_flags(&lane.stream, kCudaStreamNonBlocking),
                 "creating Perseus's CUDA stream");
     cuda_.check(cuda_.event_create_with_flags(&lane.done, kCudaEventDisableTiming),
@@ -172,7 +193,7 @@ CudaEvent DeviceExecutor::take_event() {
 }
 
 DeviceExecutor::Marker DeviceExecutor::mark() {
-  OnDevice on(cuda_, device_);
+  ScopedDevice on(cuda_, device_);
   Marker marker;
   for (Lane &lane : lanes_) {
     if (!lane.queued) continue;
@@ -213,7 +234,7 @@ void *DeviceExecutor::scratch(Lane &lane, size_t bytes) {
 }
 
 void DeviceExecutor::allreduce(const std::vector<Piece> &pieces, DataType type, ReduceOp op) {
-  OnDevice on(cuda_, device_);
+  ScopedDevice on(cuda_, device_);
   Lane &lane = lanes_[next_lane_++ % lanes_.size()];
   const size_t unit = element_size(type);
   size_t total = 0;
@@ -257,7 +278,7 @@ void DeviceExecutor::allreduce(const std::vector<Piece> &pieces, DataType type, 
 }
 
 void DeviceExecutor::broadcast(void *buffer, size_t count, DataType type, int root, void *ready) {
-  OnDevice on(cuda_, device_);
+  ScopedDevice on(cuda_, device_);
   Lane &lane = lanes_[0];
   wait_for(lane, ready);
   if (count == 0) return;
@@ -268,7 +289,7 @@ void DeviceExecutor::broadcast(void *buffer, size_t count, DataType type, int ro
 
 void DeviceExecutor::allgatherv(const void *send, const std::vector<size_t> &counts, DataType type,
                                 void *out, void *ready) {
-  OnDevice on(cuda_, device_);
+  ScopedDevice on(cuda_, device_);
   Lane &lane = lanes_[0];
   wait_for(lane, ready);
   if (std::accumulate(counts.begin(), counts.end(), size_t{0}) == 0) return;
@@ -278,7 +299,7 @@ void DeviceExecutor::allgatherv(const void *send, const std::vector<size_t> &cou
 
 void DeviceExecutor::alltoallv(const void *send, const std::vector<size_t> &send_counts, void *out,
                                const std::vector<size_t> &recv_counts, DataType type, void *ready) {
-  OnDevice on(cuda_, device_);
+  ScopedDevice on(cuda_, device_);
   Lane &lane = lanes_[0];
   wait_for(lane, ready);
   lane.communicator->alltoallv(send, send_counts, out, recv_counts, type, lane.stream);
@@ -288,7 +309,7 @@ void DeviceExecutor::alltoallv(const void *send, const std::vector<size_t> &send
 void DeviceExecutor::reducescatter(const void *send, void *recv,
                                    const std::vector<size_t> &recv_counts, DataType type,
                                    ReduceOp op, void *ready) {
-  OnDevice on(cuda_, device_);
+  ScopedDevice on(cuda_, device_);
   Lane &lane = lanes_[0];
   wait_for(lane, ready);
   const size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
