@@ -150,30 +150,20 @@ def perseus_child(args):
             ok = got[0].item() == size and got[-1].item() == size
             if mode == "in_place":
                 send[:count].zero_()  # repeated sums stay finite
-            for _ in range(4):
-                call(src, dst, count, name)
             iters = iters_for(nbytes)
-            torch.cuda.synchronize(dev)
-            start = time.perf_counter()
-            for _ in range(iters):
-                call(src, dst, count, name)
-            seconds = max_over_ranks((time.perf_counter() - start) / iters)
-            if mode == "in_place":
-                send[:count].fill_(1.0)
-            records.append(dict(peer="perseus", mode=mode, blocking=True, n=size, bytes=nbytes,
-                                iters=iters, time_us=seconds * 1e6, correct=ok))
             names = [f"bench.pipe.{mode}.{nbytes}.{k}".encode() for k in range(iters)]
-            if mode == "in_place":
-                send[:count].zero_()
-            pipelined(src, dst, count, names)  # negotiates the names once
-            torch.cuda.synchronize(dev)
-            start = time.perf_counter()
-            pipelined(src, dst, count, names)
-            seconds = max_over_ranks((time.perf_counter() - start) / iters)
+            runs = {True: lambda: [call(src, dst, count, name) for _ in range(iters)],
+                    False: lambda: pipelined(src, dst, count, names)}
+            for blocking, run in runs.items():
+                run()  # warm-up; negotiates the pipelined names once
+                torch.cuda.synchronize(dev)
+                start = time.perf_counter()
+                run()
+                seconds = max_over_ranks((time.perf_counter() - start) / iters)
+                records.append(dict(peer="perseus", mode=mode, blocking=blocking, n=size,
+                                    bytes=nbytes, iters=iters, time_us=seconds * 1e6, correct=ok))
             if mode == "in_place":
                 send[:count].fill_(1.0)
-            records.append(dict(peer="perseus", mode=mode, blocking=False, n=size, bytes=nbytes,
-                                iters=iters, time_us=seconds * 1e6, correct=ok))
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(records, f)

@@ -14,6 +14,7 @@
 #include "lib/comm/nccl/communicator.h"
 #include "lib/comm/nccl/cuda_api.h"
 #include "lib/comm/nccl/nccl_api.h"
+#include "tests/unit/fake_cuda.h"
 
 namespace perseus::comm::nccl {
 namespace {
@@ -42,18 +43,7 @@ char fake_comm_storage;
 NcclComm fake_comm() { return reinterpret_cast<NcclComm>(&fake_comm_storage); }
 
 CudaApi fake_cuda() {
-  CudaApi api;
-  api.get_device_count = [](int *count) {
-    *count = 2;
-    return kCudaSuccess;
-  };
-  api.get_device = [](int *device) {
-    *device = 0;
-    return kCudaSuccess;
-  };
-  api.set_device = [](int) { return kCudaSuccess; };
-  api.get_last_error = [] { return kCudaSuccess; };
-  api.get_error_string = [](CudaError) { return "fake CUDA error"; };
+  CudaApi api = testing::fake_cuda<2>();
   api.memcpy_async = [](void *, const void *, size_t, int, CudaStream) {
     ++fake.memcpys;
     return kCudaSuccess;

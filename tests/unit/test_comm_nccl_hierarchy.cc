@@ -21,6 +21,7 @@
 #include "lib/comm/error.h"
 #include "lib/comm/nccl/communicator.h"
 #include "lib/comm/nccl/hierarchy.h"
+#include "tests/unit/fake_cuda.h"
 
 namespace perseus::comm::nccl {
 namespace {
@@ -167,22 +168,6 @@ NcclResult collective(NcclComm handle, const Call &call) {
   return kNcclSuccess;
 }
 
-CudaApi fake_cuda() {
-  CudaApi api;
-  api.get_device_count = [](int *count) {
-    *count = 1;
-    return kCudaSuccess;
-  };
-  api.get_device = [](int *device) {
-    *device = 0;
-    return kCudaSuccess;
-  };
-  api.set_device = [](int) { return kCudaSuccess; };
-  api.get_last_error = [] { return kCudaSuccess; };
-  api.get_error_string = [](CudaError) { return "fake CUDA error"; };
-  return api;
-}
-
 NcclApi fake_nccl() {
   NcclApi api;
   api.get_unique_id = [](NcclUniqueId *id) {
@@ -239,7 +224,7 @@ NcclApi fake_nccl() {
   return api;
 }
 
-const CudaApi kCuda = fake_cuda();
+const CudaApi kCuda = testing::fake_cuda<1>();
 const NcclApi kNccl = fake_nccl();
 
 // The job's store, as the engine's exchange of unique ids uses it.

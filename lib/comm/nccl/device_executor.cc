@@ -13,10 +13,11 @@ namespace perseus::comm::nccl {
 
 namespace {
 
-// Submission events are reused rather than made and destroyed per operation (two CUDA calls of
-// a microsecond or so each). Once the request lets go of one, the engine has already queued its
-// stream's wait for it, which took the event's state at that time, so recording it again is safe.
-// Kept for the life of the process (never destroyed: a request may be released during exit).
+// CUDA events are reused rather than made and destroyed per operation (two CUDA calls of a
+// microsecond or so each): the submissions' events and the executors' markers. A submission's
+// event goes back when its request lets go of it; by then the engine has queued its stream's
+// wait for it, which took the event's state at that time, so recording it again is safe. Kept
+// for the life of the process (never destroyed: a request may be released during exit).
 class EventPool {
  public:
   static EventPool &instance() {
@@ -36,7 +37,7 @@ class EventPool {
     }
     CudaEvent event = nullptr;
     cuda.check(cuda.event_create_with_flags(&event, kCudaEventDisableTiming),
-               "cudaEventCreateWithFlags for the submission's event");
+               "cudaEventCreateWithFlags");
     return event;
   }
   void give_back(int device, CudaEvent event) {
@@ -141,8 +142,6 @@ DeviceExecutor::~DeviceExecutor() {
     if (lane.done) cuda_.event_destroy(lane.done);
     if (lane.stream) cuda_.stream_destroy(lane.stream);
   }
-  cuda_.set_device(device_);
-  for (CudaEvent event : events_) cuda_.event_destroy(event);
   cuda_.set_device(saved);
 }
 
@@ -179,25 +178,12 @@ void DeviceExecutor::reduce_all(Lane &lane, const void *send, void *recv, size_t
                          count, type, op, lane.stream);
 }
 
-CudaEvent DeviceExecutor::take_event() {
-  if (!free_events_.empty()) {
-    CudaEvent event = free_events_.back();
-    free_events_.pop_back();
-    return event;
-  }
-  CudaEvent event = nullptr;
-  cuda_.check(cuda_.event_create_with_flags(&event, kCudaEventDisableTiming),
-              "creating a Perseus CUDA event");
-  events_.push_back(event);
-  return event;
-}
-
 DeviceExecutor::Marker DeviceExecutor::mark() {
   ScopedDevice on(cuda_, device_);
   Marker marker;
   for (Lane &lane : lanes_) {
     if (!lane.queued) continue;
-    CudaEvent event = take_event();
+    CudaEvent event = EventPool::instance().take(cuda_, device_);
     marker.events.push_back(event);
     cuda_.check(cuda_.event_record(event, lane.stream), "cudaEventRecord on Perseus's stream");
     lane.queued = false;
@@ -213,7 +199,7 @@ bool DeviceExecutor::done(Marker &marker) {
       return false;
     }
     cuda_.check(state, "waiting for Perseus's stream");
-    free_events_.push_back(marker.events.back());
+    EventPool::instance().give_back(device_, marker.events.back());
     marker.events.pop_back();
   }
   for (Lane &lane : lanes_) check_async_errors(lane);

@@ -69,8 +69,9 @@ class DeviceExecutor {
     std::vector<CudaEvent> events;
   };
   Marker mark();
-  // Whether the work before `marker` is done (then its events go back to the pool; call it no
-  // more for this marker). Raises NCCL's asynchronous errors, which abort the communicators.
+  // Whether the work before `marker` is done (then its events go back to the process's pool;
+  // call it no more for this marker). Raises NCCL's asynchronous errors, which abort the
+  // communicators.
   bool done(Marker &marker);
   // Polls done() until true.
   void wait(Marker &marker);
@@ -105,11 +106,7 @@ class DeviceExecutor {
   void finish(Lane &lane);  // waits until the lane's work is done; raises NCCL's async errors
   void *scratch(Lane &lane, size_t bytes);
 
-  CudaEvent take_event();  // from free_events_, else a new one
-
   const CudaApi &cuda_;
-  std::vector<CudaEvent> events_;       // every marker event made, destroyed with this
-  std::vector<CudaEvent> free_events_;  // of those, the ones no marker holds
   int device_;
   HostLayout layout_;
   std::vector<Lane> lanes_;
