@@ -341,17 +341,14 @@ nccl::HostLayout Engine::device_layout() {
                  "rank 0's setting holds for every rank\n",
                  job_.rank, settings_.hierarchical_allreduce ? 1 : 0, wanted ? 1 : 0);
   }
+  if (!wanted) return {};  // flat
   std::vector<std::string> hosts;
   for (int r = 0; r < job_.size; ++r) {
-    if (!wanted) {
-      hosts.emplace_back("one");  // a flat layout
-      continue;
-    }
     const char *record = all.data() + kRecord * static_cast<size_t>(r) + 1;
     hosts.emplace_back(record, strnlen(record, kRecord - 1));
   }
   nccl::HostLayout layout = nccl::plan_hierarchy(hosts, job_.rank);
-  if (wanted && job_.rank == 0) {
+  if (job_.rank == 0) {
     std::fprintf(stderr, "perseus: hierarchical all-reduce on GPUs: %s\n",
                  layout.describe().c_str());
   }
