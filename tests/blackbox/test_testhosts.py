@@ -273,8 +273,9 @@ CHILD = textwrap.dedent("""
     h = TestHosts(2)
     h.start()
     pids = sorted({p for i in range(2) for p in h.pids_on(i)})
-    print(json.dumps({"prefix": h.prefix, "tmpdir": h.tmpdir, "pids": pids, "user": None}),
-          flush=True)
+    daemons = [h.sshd_pid(i) for i in range(2)]
+    print(json.dumps({"prefix": h.prefix, "tmpdir": h.tmpdir, "pids": pids, "daemons": daemons,
+                      "user": None}), flush=True)
     if sys.argv[1] == "wait":
         time.sleep(60)
         sys.exit(3)
@@ -305,7 +306,12 @@ def test_sigterm_cleans_up():
         line = p.stdout.readline()
         assert line, p.stderr.read()
         snap = json.loads(line)
-        assert all(testhosts._pid_alive(pid) for pid in snap["pids"])
+        # The listening sshds must be running before the signal. (Not every pid of the
+        # snapshot: the readiness probe's per-connection sshd child may still be exiting when
+        # the snapshot is taken, and be gone a moment later.)
+        assert all(pid is not None for pid in snap["daemons"]), snap
+        assert set(snap["daemons"]) <= set(snap["pids"]), snap
+        assert all(testhosts._pid_alive(pid) for pid in snap["daemons"]), snap
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=30)
     finally:
