@@ -316,8 +316,14 @@ def test_sigterm_cleans_up():
         out, err = p.communicate(timeout=30)
     finally:
         if p.poll() is None:
-            p.kill()
-            p.wait()
+            # A check above failed: SIGTERM first, so that the child removes its hosts (a SIGKILL
+            # would leave its sshds and namespaces behind).
+            p.terminate()
+            try:
+                p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
     assert p.returncode == -signal.SIGTERM, (p.returncode, err)
     assert_nothing_left(snap)
     assert "clean-up" not in err, err
