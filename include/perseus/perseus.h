@@ -90,10 +90,15 @@ PERSEUS_API int perseus_nccl_built(void);
  * again (again on every rank). Sets SIGPIPE to be ignored when its action is the default, so that
  * a peer's death is reported as PERSEUS_ERROR_COMMUNICATION instead of killing this rank. */
 PERSEUS_API int perseus_init(void);
-/* Collective: waits until every rank has called it (the background thread keeps serving the
- * others' operations meanwhile), then stops the background thread and closes the connections.
- * Requests not yet run fail with PERSEUS_ERROR_NOT_INITIALIZED. A rank that exits without it
- * makes the others' pending operations fail as a lost peer. */
+/* Leaves the job, as Horovod's shutdown does: the next cycle of the background thread tells
+ * every rank, and the job is then over for all of them. Operations that every rank had submitted
+ * by then still run; this rank's others fail with PERSEUS_ERROR_NOT_INITIALIZED, and the other
+ * ranks' pending and later operations fail with PERSEUS_ERROR_COMMUNICATION naming this rank
+ * (and, under perseusrun, how it ended), so that a rank that leaves after an error never leaves
+ * the others waiting. Ranks that finish normally call it at the end, in any order. Returns once
+ * the background thread has stopped, or PERSEUS_ERROR_TIMEOUT when a peer did not answer within
+ * PERSEUS_SHUTDOWN_TIMEOUT_SECONDS (default 30; 0: no limit), leaving the thread to the process's
+ * exit. A rank that exits without it makes the others' pending operations fail as a lost peer. */
 PERSEUS_API int perseus_finalize(void);
 
 /* Starting without perseusrun or MPI (under torchrun, say, where the framework already has its

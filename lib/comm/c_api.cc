@@ -270,7 +270,13 @@ PERSEUS_API int perseus_finalize(void) {
   using namespace perseus::comm;
   return guarded("perseus_finalize", nullptr, [] {
     std::unique_lock lock(state().mutex);
-    initialized().shutdown();
+    if (!initialized().shutdown()) {
+      // The thread still waits on a peer: leave it, and the runtime it uses, to the exit.
+      (void)state().runtime.release();
+      throw Error(Code::kTimeout,
+                  "the other ranks did not answer within PERSEUS_SHUTDOWN_TIMEOUT_SECONDS; left "
+                  "the job without them (their operations fail once this process exits)");
+    }
     state().runtime.reset();
     return PERSEUS_SUCCESS;
   });

@@ -41,6 +41,16 @@ constexpr int kLoneCyclesBeforeNoSettle = 3;
 constexpr auto kIdleAfter = std::chrono::seconds(1);
 constexpr int kIdleFactor = 5;
 
+// When other ranks leave while a caller here waits, the launcher's word on how they ended (their
+// exit code, written to the store as each rank ends) is awaited this long. A rank that left after
+// an error exits non-zero meanwhile, so the launcher names it as the job's cause, not this one.
+constexpr auto kExitNotePatience = std::chrono::seconds(3);
+// Under another launcher (mpirun, torchrun) no notes come; its own fail-fast is given this long to
+// end the job first (torchrun looks every 5 s), so that it blames the rank that failed, not this
+// one.
+constexpr auto kNoNotesPatience = std::chrono::seconds(8);
+constexpr auto kExitNotePoll = std::chrono::milliseconds(50);
+
 long long parse_number(Lookup lookup, const char *name, long long fallback, long long low,
                        long long high) {
   const char *value = lookup(name);
@@ -108,6 +118,8 @@ EngineSettings read_engine_settings(Lookup lookup) {
                    hierarchical && *hierarchical ? "PERSEUS_HIERARCHICAL_ALLREDUCE"
                                                  : "HOROVOD_HIERARCHICAL_ALLREDUCE",
                    0, 0, 1) == 1;
+  s.shutdown_timeout = std::chrono::seconds(parse_number(lookup, "PERSEUS_SHUTDOWN_TIMEOUT_SECONDS",
+                                                         s.shutdown_timeout.count(), 0, kWeek));
   const char *timeline = lookup("PERSEUS_TIMELINE");
   s.timeline = timeline ? timeline : "";
   return s;
@@ -115,11 +127,12 @@ EngineSettings read_engine_settings(Lookup lookup) {
 
 Engine::Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
                EngineSettings settings, LostPeers lost_peers, EngineStore store,
-               std::unique_ptr<shm::LocalAllreduce> local)
+               std::unique_ptr<shm::LocalAllreduce> local, ExitNotes exit_notes)
     : job_(job),
       settings_(std::move(settings)),
       backend_(std::move(backend)),
       lost_peers_(std::move(lost_peers)),
+      exit_notes_(std::move(exit_notes)),
       store_(std::move(store)),
       local_(std::move(local)),
       negotiator_(job.rank, job.size),
@@ -154,8 +167,8 @@ std::string Engine::unnamed(OpKind kind) {
 
 void Engine::submit(const std::shared_ptr<Request> &request) {
   {
-    std::lock_guard lock(mutex_);
-    if (!failure_.empty()) throw Error(failure_code_, failure_);
+    std::unique_lock lock(mutex_);
+    if (!failure_.empty()) throw_failure(lock);
     if (shutdown_) {
       throw Error(Code::kNotInitialized, "libperseus is shutting down (perseus_finalize)");
     }
@@ -175,8 +188,8 @@ void Engine::submit(const std::shared_ptr<Request> &request) {
 
 void Engine::join(const std::shared_ptr<Request> &request) {
   {
-    std::lock_guard lock(mutex_);
-    if (!failure_.empty()) throw Error(failure_code_, failure_);
+    std::unique_lock lock(mutex_);
+    if (!failure_.empty()) throw_failure(lock);
     if (join_) throw Error(Code::kInvalidArgument, "perseus_join is already running on this rank");
     request->submitted = Clock::now();
     join_ = request;
@@ -185,13 +198,80 @@ void Engine::join(const std::shared_ptr<Request> &request) {
   work_.notify_one();
 }
 
-void Engine::shutdown() {
+bool Engine::shutdown() {
   {
     std::lock_guard lock(mutex_);
     shutdown_ = true;
   }
   work_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return true;
+  {
+    std::unique_lock lock(mutex_);
+    const auto ended = [this] { return ended_; };
+    if (settings_.shutdown_timeout.count() == 0) {
+      ended_signal_.wait(lock, ended);
+    } else if (!ended_signal_.wait_for(lock, settings_.shutdown_timeout, ended)) {
+      return false;
+    }
+  }
+  thread_.join();
+  return true;
+}
+
+[[noreturn]] void Engine::throw_failure(std::unique_lock<std::mutex> &lock) {
+  if (!left_.empty() && !left_noted_) {
+    left_noted_ = true;
+    const std::vector<int> left = left_;
+    lock.unlock();
+    std::string text = departure_text(left, true);
+    lock.lock();
+    failure_ = std::move(text);
+  }
+  throw Error(failure_code_, failure_);
+}
+
+void Engine::note_departures(const std::vector<int> &ranks) {
+  std::lock_guard lock(mutex_);
+  stopped_ = true;
+  if (std::find(ranks.begin(), ranks.end(), job_.rank) != ranks.end()) return;  // left too
+  left_ = ranks;
+}
+
+std::pair<Code, std::string> Engine::end_reason() {
+  std::vector<int> left;
+  bool waiting = false;
+  {
+    std::lock_guard lock(mutex_);
+    left = left_;
+    waiting = !in_flight_.empty() || !queue_.empty() || join_;
+    left_noted_ = waiting;
+  }
+  if (left.empty()) {
+    return {Code::kNotInitialized,
+            "perseus_finalize was called before this operation ran on every rank"};
+  }
+  return {Code::kCommunication, departure_text(left, waiting)};
+}
+
+std::string Engine::departure_text(const std::vector<int> &left, bool wait_for_notes) {
+  std::string notes;
+  const auto patience = exit_notes_ ? kExitNotePatience : kNoNotesPatience;
+  const auto give_up = Clock::now() + (wait_for_notes ? patience : Clock::duration(0));
+  for (;;) {
+    if (exit_notes_) notes = exit_notes_(left);
+    if (!notes.empty() || Clock::now() >= give_up) break;
+    {
+      std::lock_guard lock(mutex_);
+      if (shutdown_) break;  // this rank is leaving as well: nobody waits for the answer
+    }
+    std::this_thread::sleep_for(kExitNotePoll);
+  }
+  const bool one = left.size() == 1;
+  return std::string(one ? "rank " : "ranks ") + ranks_text(left) + (one ? " has" : " have") +
+         " left the job (perseus_finalize: its script ended, or is exiting after an error of its "
+         "own; see its output), so no collective can complete any more" +
+         (notes.empty() ? "" : "; " + notes) +
+         ". This rank cannot go on either: exit with a non-zero code";
 }
 
 std::shared_ptr<Request> Engine::find(const std::string &name) {
@@ -265,8 +345,8 @@ void Engine::loop() {
       if (stopped_) break;
     }
     complete_device_work(true);  // queued before the shutdown was agreed
-    fail_everything(Code::kNotInitialized,
-                    "perseus_finalize was called on every rank before this operation ran");
+    const auto [code, message] = end_reason();
+    fail_everything(code, message);
   } catch (const Error &error) {
     std::string message = error.what();
     if ((error.code() == Code::kCommunication || error.code() == Code::kTimeout) && lost_peers_) {
@@ -289,6 +369,11 @@ void Engine::loop() {
   local_.reset();
   set_backends_.clear();
   timeline_.flush();
+  {
+    std::lock_guard lock(mutex_);
+    ended_ = true;
+  }
+  ended_signal_.notify_all();
 }
 
 nccl::DeviceExecutor &Engine::device(int ordinal) {
@@ -536,10 +621,7 @@ void Engine::cycle() {
   }
   report_stalls();
   timeline_.flush();
-  if (agreed.all_shutdown) {
-    std::lock_guard lock(mutex_);
-    stopped_ = true;
-  }
+  if (!agreed.shut_down.empty()) note_departures(agreed.shut_down);
 }
 
 std::vector<RankMessage> Engine::exchange(const RankMessage &mine) {

@@ -60,6 +60,9 @@ struct EngineSettings {
   // when it is unset): device all-reduces of a job over several hosts go in two levels, inside
   // each host and across hosts (nccl/hierarchy.h). Rank 0's setting holds for the job.
   bool hierarchical_allreduce = false;
+  // PERSEUS_SHUTDOWN_TIMEOUT_SECONDS (0: no limit): how long perseus_finalize waits for the
+  // background thread to leave the job with the others before it gives up on them.
+  std::chrono::seconds shutdown_timeout{30};
 };
 
 // Reads the PERSEUS_* tuning variables above; Error(kInvalidArgument) naming a bad value.
@@ -84,10 +87,13 @@ class Engine {
   // Called once, on the engine's thread, after a backend failure: which peers the launcher
   // says have ended, and how ("" when it cannot tell).
   using LostPeers = std::function<std::string()>;
+  // What perseusrun says now of how these ranks ended ("" when it says nothing yet); must not
+  // block for long. Null under another launcher, which writes no such notes.
+  using ExitNotes = std::function<std::string(const std::vector<int> &ranks)>;
 
   Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
          EngineSettings settings, LostPeers lost_peers, EngineStore store,
-         std::unique_ptr<shm::LocalAllreduce> local = nullptr);
+         std::unique_ptr<shm::LocalAllreduce> local = nullptr, ExitNotes exit_notes = nullptr);
   // Stops the thread without agreement (shutdown() is the orderly way).
   ~Engine();
   Engine(const Engine &) = delete;
@@ -98,9 +104,11 @@ class Engine {
   void submit(const std::shared_ptr<Request> &request);
   // Joins (perseus_join): the request completes when every rank has joined.
   void join(const std::shared_ptr<Request> &request);
-  // Collective: returns once every rank has called it (or the job has failed). Requests not
-  // agreed by then fail.
-  void shutdown();
+  // Leaves the job: the next cycle tells every rank, and the job is over for all of them (as in
+  // Horovod): operations every rank had submitted by then still run, every other one fails on
+  // every rank, naming this rank. Returns once the thread has ended, or false when it has not
+  // within settings.shutdown_timeout (a peer that does not answer); the thread then runs on.
+  bool shutdown();
 
   // Called from another thread when a peer is known to have ended: if some request has waited
   // longer than `after`, fails every request (the job's end, as a lost connection would), so
@@ -122,6 +130,15 @@ class Engine {
   void run_allreduces(const std::vector<const Agreed *> &group);
   void run_one(const Agreed &agreed);
   void fail_everything(Code code, const std::string &message);
+  // The cycle saw these ranks leave (perseus_finalize): the job is over for this rank too.
+  void note_departures(const std::vector<int> &ranks);
+  // Why the thread ended, for the requests it fails: the departure of other ranks, waiting
+  // briefly for the launcher's word on how they ended when some caller waits for the answer.
+  std::pair<Code, std::string> end_reason();
+  std::string departure_text(const std::vector<int> &left, bool wait_for_notes);
+  // Throws the engine's failure (under `lock`), first waiting once for the launcher's word on
+  // the ranks that left.
+  [[noreturn]] void throw_failure(std::unique_lock<std::mutex> &lock);
   std::shared_ptr<Request> find(const std::string &name);
   void succeed(const std::shared_ptr<Request> &request);
   void fail(const std::shared_ptr<Request> &request, Code code, const std::string &message);
@@ -144,6 +161,7 @@ class Engine {
   const EngineSettings settings_;
   std::unique_ptr<transport::Backend> backend_;
   LostPeers lost_peers_;
+  ExitNotes exit_notes_;
   EngineStore store_;
   std::unique_ptr<nccl::DeviceExecutor> device_;
   std::unique_ptr<shm::LocalAllreduce> local_;  // when every rank is on this host
@@ -169,7 +187,11 @@ class Engine {
   std::shared_ptr<Request> join_;
   bool join_announced_ = false;
   bool shutdown_ = false;
-  bool stopped_ = false;  // the thread has ended
+  bool stopped_ = false;  // the cycles have ended
+  bool ended_ = false;    // the thread has done its last work
+  std::condition_variable ended_signal_;
+  std::vector<int> left_;    // other ranks that left the job (perseus_finalize) first
+  bool left_noted_ = false;  // failure_ already holds what the launcher said of them
   Code failure_code_ = Code::kInternal;
   std::string failure_;  // why the engine stopped; "" while it runs
   std::atomic<uint64_t> unnamed_[kOpKinds] = {};

@@ -357,6 +357,7 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
     const RankMessage &m = messages[r];
     const int rank = static_cast<int>(r);
     all_shutdown = all_shutdown && m.shutdown;
+    if (m.shutdown) cycle.shut_down.push_back(rank);
     for (uint32_t n : m.cached) {
       if (n >= cache_.size()) {
         throw Error(Code::kCommunication, "rank " + std::to_string(rank) +

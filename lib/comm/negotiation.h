@@ -85,6 +85,10 @@ class Negotiator {
     std::vector<Agreed> ready;     // in the order to run them, the same on every rank
     std::vector<Stall> cancelled;  // what rank 0 gave up on; fail them here
     bool all_shutdown = false;     // every rank has called perseus_finalize
+    // The ranks that said shutdown this cycle, in increasing order. When some but not all did,
+    // the job is over for every rank (as in Horovod): what this cycle made ready still runs,
+    // the rest fails naming these ranks.
+    std::vector<int> shut_down;
     std::optional<int> join_done;  // every rank has joined: the last one to join
     // Ranks that announced something for the first time this cycle, per name (for the timeline).
     std::vector<std::pair<std::string, int>> announced;

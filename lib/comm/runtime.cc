@@ -146,7 +146,9 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
   auto local = open_local_allreduce(engine_store, settings);
   engine_ = std::make_unique<Engine>(
       job_, std::move(backend), std::move(settings), [this] { return lost_peers(); },
-      std::move(engine_store), std::move(local));
+      std::move(engine_store), std::move(local),
+      secret ? Engine::ExitNotes()  // another launcher: it writes no notes to this store
+             : [this](const std::vector<int> &ranks) { return exit_notes(ranks); });
   if (!secret) watchdog_ = std::thread([this] { watch_for_ended_peers(); });
 }
 
@@ -247,6 +249,23 @@ std::string Runtime::lost_peers() {
   } catch (const std::exception &) {
     return "";  // the launcher itself is gone: nothing more to learn
   }
+}
+
+std::string Runtime::exit_notes(const std::vector<int> &ranks) {
+  if (!store_ || process_exiting()) return "";
+  std::string found;
+  try {
+    for (int r : ranks) {
+      const std::string key = "perseus/exit/" + std::to_string(r);
+      std::lock_guard lock(store_mutex_);
+      if (store_->check(key)) {
+        found += (found.empty() ? "" : "; ") + store_->get(key, std::chrono::seconds(1));
+      }
+    }
+  } catch (const std::exception &) {
+    // the launcher (or under mpirun rank 0, which serves the store) is gone
+  }
+  return found;
 }
 
 std::shared_ptr<Request> Runtime::make(OpKind kind, const char *name, int dtype, int device,
@@ -483,9 +502,10 @@ int Runtime::join(int device) {
   return request->last_rank;
 }
 
-void Runtime::shutdown() {
-  engine_->shutdown();
+bool Runtime::shutdown() {
+  const bool left = engine_->shutdown();
   stop_watchdog();
+  return left;
 }
 
 }  // namespace perseus::comm

@@ -63,13 +63,14 @@ class Runtime {
   void barrier();
   // Blocks until every rank has joined; returns the last rank to join.
   int join(int device);
-  // Collective: ends the engine once every rank has called it.
-  void shutdown();
+  // Leaves the job (Engine::shutdown): false when the engine's thread did not end in time.
+  bool shutdown();
 
  private:
   std::shared_ptr<Request> make(OpKind kind, const char *name, int dtype, int device, void *stream);
   std::shared_ptr<Request> submit(std::shared_ptr<Request> request);
   std::string lost_peers();
+  std::string exit_notes(const std::vector<int> &ranks);
   void check_set(int process_set, Request &request);
   static void qualify(Request &request, int process_set);
   std::unique_ptr<shm::LocalAllreduce> open_local_allreduce(const EngineStore &store,

@@ -5,7 +5,9 @@
  * SIGTERM, so that only libperseus's own error can end them in time. With "hold-sockets" as
  * well, the victim first forks a child that keeps its sockets open (and ignores SIGTERM), so
  * that the survivors' connections to it never close: only libperseus's watch for ranks that
- * perseusrun saw end can free them.
+ * perseusrun saw end can free them. With "finalize" the victim instead leaves the job cleanly
+ * after argv[2] rounds: perseus_finalize, then exit 0 (a script that ends early, or an
+ * exception's exit-time finalize); the survivors' next allreduce must fail, naming it.
  *
  * C99 + POSIX alarm(); only perseus.h from Perseus. */
 #define _POSIX_C_SOURCE 199309L
@@ -35,9 +37,11 @@ static void die(int signo) {
 int main(int argc, char **argv) {
   enum { kCount = 1 << 18, kRounds = 1000000 };
   static float buf[kCount];
-  int rank, round, rc;
+  int rank, round, rc, leave_after;
   if (argc < 3) {
-    fprintf(stderr, "usage: perseus_peer_loss_test VICTIM SECONDS [ignore-sigterm|hold-sockets]\n");
+    fprintf(stderr,
+            "usage: perseus_peer_loss_test VICTIM SECONDS|ROUNDS "
+            "[ignore-sigterm|hold-sockets|finalize]\n");
     return 2;
   }
   if (perseus_init() != PERSEUS_SUCCESS) {
@@ -46,7 +50,10 @@ int main(int argc, char **argv) {
   }
   rank = perseus_rank();
   hold_sockets = argc > 3 && strcmp(argv[3], "hold-sockets") == 0;
-  if (rank == atoi(argv[1])) {
+  leave_after = argc > 3 && strcmp(argv[3], "finalize") == 0 ? atoi(argv[2]) : -1;
+  if (leave_after >= 0) {
+    /* only the victim's finalize ends the survivors' loop */
+  } else if (rank == atoi(argv[1])) {
     signal(SIGALRM, die);
     alarm((unsigned)atoi(argv[2]));
   } else if (argc > 3 && (strcmp(argv[3], "ignore-sigterm") == 0 || hold_sockets)) {
@@ -55,6 +62,11 @@ int main(int argc, char **argv) {
   printf("rank %d: looping\n", rank);
   fflush(stdout);
   for (round = 0; round < kRounds; ++round) {
+    if (rank == atoi(argv[1]) && round == leave_after) {
+      rc = perseus_finalize();
+      printf("rank %d: left the job after %d rounds (finalize: %d)\n", rank, round, rc);
+      return rc == PERSEUS_SUCCESS ? 0 : 4;
+    }
     rc = perseus_allreduce(buf, buf, kCount, PERSEUS_FLOAT32, PERSEUS_SUM, "loop");
     if (rc != PERSEUS_SUCCESS) {
       fprintf(stderr, "rank %d: round %d: error %d: %s\n", rank, round, rc, perseus_last_error());

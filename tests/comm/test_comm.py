@@ -157,3 +157,24 @@ def test_rank_gone_without_closing_its_connections_is_named_in_time():
         assert m.group(2) == "-4", show(proc)
         assert re.search(r"rank 1 \(host \S+, pid \d+\) was killed by signal 9", m.group(3)), \
             show(proc)
+
+
+@pytest.mark.parametrize("shm", ["1", "0"])
+def test_rank_that_leaves_fails_the_others_naming_it(shm):
+    # Rank 1 calls perseus_finalize after 5 rounds while the others go on (a script that ends
+    # early, the exit-time finalize after an exception): it leaves at once, exit 0, and the
+    # survivors' next allreduce fails on every one of them, naming it and how perseusrun saw it
+    # end, instead of waiting for it forever.
+    proc, elapsed = run(["-np", "3", "-H", "localhost:3", PEER_LOSS, "1", "5", "finalize"],
+                        timeout=150, env=clean_env(PERSEUS_SHM=shm))
+    assert proc.returncode == 3, show(proc)
+    assert elapsed < 60, "took %.1f s: the job hung\n%s" % (elapsed, show(proc))
+    assert "[1,1]<stdout>:rank 1: left the job after 5 rounds (finalize: 0)" in proc.stdout, \
+        show(proc)
+    reports = list(LOST_PEER.finditer(proc.stderr))
+    assert {m.group(1) for m in reports} <= {"0", "2"} and reports, show(proc)
+    for m in reports:
+        assert m.group(2) == "-4", show(proc)
+        assert "allreduce 'loop': rank 1 has left the job" in m.group(3), show(proc)
+        assert re.search(r"rank 1 \(host \S+, pid \d+\) exited with code 0", m.group(3)), \
+            show(proc)

@@ -174,3 +174,21 @@ def test_sync_batch_norm_two_ssh_hosts(scope, groups):
         while hosts.leftovers() and time.monotonic() < end:
             time.sleep(0.05)
         assert hosts.leftovers() == [], hosts.leftovers()
+
+
+@pytest.mark.parametrize("how,code", [("raise", 1), ("exit3", 3), ("exit0", 1)])
+def test_failing_rank_ends_the_job(how, code, tmp_path):
+    # Issue 15, item 1 (tests/shims/test_rank_errors.py has the torch cases): rank 2 raises, or
+    # calls sys.exit, while the others wait in an all-reduce; over Gloo's TCP pairs
+    # (PERSEUS_SHM=0) as on a multi-host job. sys.exit(0) leaves cleanly: the others then fail,
+    # naming it, and the job ends with their code 1.
+    proc = perseusrun("localhost:3", ROOT / "tests/shims/ranks/fails.py", "mxnet", how,
+                      tmp_path, env=clean_env(PERSEUS_SHM="0"), timeout=120)
+    took = time.time() - float((tmp_path / "failed_at").read_text())
+    assert proc.returncode == code, show(proc)
+    assert took < 10, "%.1f s from the failure to the end\n%s" % (took, show(proc))
+    if how == "exit0":
+        assert "rank 2 has left the job" in (tmp_path / "error.0").read_text(), show(proc)
+    else:
+        assert re.search(r"perseusrun: rank 2 \(host localhost, pid \d+\) exited with code %d; "
+                         r"ending the job" % code, proc.stderr), show(proc)

@@ -293,6 +293,7 @@ struct Ranks {
         CHECK(cycles[r].ready[k].error == cycles[0].ready[k].error);
       }
       CHECK(cycles[r].all_shutdown == cycles[0].all_shutdown);
+      CHECK(cycles[r].shut_down == cycles[0].shut_down);
       CHECK(cycles[r].join_done == cycles[0].join_done);
       REQUIRE(cycles[r].cancelled.size() == cycles[0].cancelled.size());
       for (size_t k = 0; k < cycles[0].cancelled.size(); ++k) {
@@ -601,12 +602,33 @@ TEST_CASE("negotiator: all_shutdown only when every rank said shutdown") {
   Ranks ranks(3);
   auto p = ranks.plan();
   CHECK_FALSE(ranks.cycle(p).all_shutdown);
+  CHECK(ranks.cycle(p).shut_down.empty());
   p.shutdown = {true, false, true};
-  CHECK_FALSE(ranks.cycle(p).all_shutdown);
+  auto cycle = ranks.cycle(p);
+  CHECK_FALSE(cycle.all_shutdown);
+  CHECK(cycle.shut_down == std::vector<int>{0, 2});
   p.shutdown = {false, true, false};
-  CHECK_FALSE(ranks.cycle(p).all_shutdown);  // not cumulative: the flag is sent every cycle
+  cycle = ranks.cycle(p);
+  CHECK_FALSE(cycle.all_shutdown);  // not cumulative: the flag is sent every cycle
+  CHECK(cycle.shut_down == std::vector<int>{1});
   p.shutdown = {true, true, true};
-  CHECK(ranks.cycle(p).all_shutdown);
+  cycle = ranks.cycle(p);
+  CHECK(cycle.all_shutdown);
+  CHECK(cycle.shut_down == std::vector<int>{0, 1, 2});
+}
+
+TEST_CASE("negotiator: what is ready in the cycle of a shutdown still runs") {
+  // A rank may leave right after submitting (an async call it never waits for): the others
+  // run what every rank submitted before the job ends.
+  Ranks ranks(2);
+  auto p = ranks.plan();
+  p.local[0] = {allreduce("last")};
+  p.local[1] = {allreduce("last"), allreduce("never")};
+  p.shutdown = {true, false};
+  const auto cycle = ranks.cycle(p);
+  REQUIRE(cycle.ready.size() == 1);
+  CHECK(cycle.ready[0].name == "last");
+  CHECK(cycle.shut_down == std::vector<int>{0});
 }
 
 TEST_CASE("negotiation: process sets are numbered alike everywhere and gate readiness") {

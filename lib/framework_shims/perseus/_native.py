@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+import sys
 
 # perseus_result_t
 SUCCESS = 0
@@ -256,8 +257,8 @@ _atexit_registered = False
 
 def _finalize_at_exit():
     try:
-        if is_initialized():
-            lib().perseus_finalize()
+        if is_initialized() and lib().perseus_finalize() != 0:
+            sys.stderr.write("perseus: warning: at exit: %s\n" % last_error())
     except Exception:  # noqa: BLE001 - nothing to report to at exit
         pass
 
