@@ -26,6 +26,7 @@
 #define PERSEUS_PERSEUS_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PERSEUS_API __attribute__((visibility("default")))
@@ -190,6 +191,16 @@ PERSEUS_API int perseus_reducescatter_async(const void *send, void *recv, const 
                                             int dtype, int op, double prescale, double postscale,
                                             const char *name, int device, void *stream,
                                             perseus_request_t **request);
+
+/* Describes the tensor of this thread's next call (an *_async call, or its blocking form): its
+ * full shape, ndims extents (0..64; ndims 0 is a scalar), whose product must be the call's
+ * element count (alltoall and reducescatter: the sum of the counts). Negotiation then checks
+ * it against the shapes of the other ranks that gave one: the whole shape for allreduce,
+ * broadcast and reducescatter, all but the first dimension for allgatherv and alltoall (whose
+ * send_counts must then be whole rows); a mismatch fails the operation on every rank with an
+ * error naming both shapes. Without it only the element counts are compared. Used by that one
+ * call, whatever its result, then forgotten. */
+PERSEUS_API int perseus_next_shape(const int64_t *dims, int ndims);
 
 /* 1 when the request is done (succeeded or failed), 0 while it runs, PERSEUS_ERROR_INVALID_ARGUMENT
  * for a NULL request. Never blocks. */
