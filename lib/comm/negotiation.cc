@@ -248,6 +248,11 @@ std::string check_output_size(const Agreed &agreed) {
   return "";
 }
 
+// Horovod's join: a joined rank takes part in all-reduces (with zeros) and barriers only.
+bool runs_while_joined(OpKind kind) {
+  return kind == OpKind::kAllreduce || kind == OpKind::kBarrier;
+}
+
 std::vector<Field> fields_for(OpKind kind) {
   std::vector<Field> fields = {{"operation", show_kind},
                                {"dtype", show_type},
@@ -382,11 +387,27 @@ std::vector<bool> Negotiator::member_mask(int set) const {
 bool Negotiator::complete(const Pending &pending) const {
   const int set = set_of(pending);
   if (set < 0 || static_cast<size_t>(set) >= sets_.size()) return true;
+  // An operation that cannot run while a member has joined fails at once, as in Horovod,
+  // without waiting for the ranks that have not submitted it (and may never: they may have
+  // counted their unnamed operations differently).
+  const OpKind kind = kind_of(pending);
+  if (!runs_while_joined(kind)) {
+    for (int r : sets_[static_cast<size_t>(set)]) {
+      if (joined_[static_cast<size_t>(r)]) return true;
+    }
+  }
   for (int r : sets_[static_cast<size_t>(set)]) {
     const auto index = static_cast<size_t>(r);
     if (!pending.per_rank[index] && !joined_[index]) return false;
   }
   return true;
+}
+
+OpKind Negotiator::kind_of(const Pending &pending) {
+  for (const auto &d : pending.per_rank) {
+    if (d) return d->kind;
+  }
+  return OpKind::kAllreduce;
 }
 
 const std::vector<int> &Negotiator::members(int set) const {
@@ -410,17 +431,10 @@ std::string Negotiator::check(const Agreed &agreed) const {
   }
   for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
     if (!agreed.joined[r]) continue;
-    if (reference.kind != OpKind::kAllreduce && reference.kind != OpKind::kBroadcast &&
-        reference.kind != OpKind::kBarrier) {
+    if (!runs_while_joined(reference.kind)) {
       return std::string(name_of(reference.kind)) + " cannot run while rank " + std::to_string(r) +
-             " has joined (perseus_join): only allreduce, broadcast and barrier can";
+             " has joined (perseus_join): only allreduce and barrier can, as in Horovod";
     }
-  }
-  if (reference.kind == OpKind::kBroadcast && reference.root >= 0 &&
-      static_cast<size_t>(reference.root) < agreed.joined.size() &&
-      agreed.joined[static_cast<size_t>(reference.root)]) {
-    return "its root, rank " + std::to_string(reference.root) +
-           ", has joined (perseus_join) and has nothing to send";
   }
   for (const Field &field : fields_for(reference.kind)) {
     const std::string expected = field.show(reference);
@@ -514,7 +528,9 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
     for (size_t r = 0; r < it->second.per_rank.size(); ++r) {
       const auto &d = it->second.per_rank[r];
       agreed.per_rank.push_back(d ? *d : *first);
-      agreed.joined[r] = agreed.member[r] && !d;
+      // A member that has not submitted it has joined, or the operation fails at once
+      // because another has (complete()).
+      agreed.joined[r] = agreed.member[r] && !d && joined_[r];
       any_joined = any_joined || agreed.joined[r];
       if (d && !agreed.member[r] && agreed.error.empty()) {
         agreed.error = "rank " + std::to_string(r) + " submitted it in process set " +

@@ -119,6 +119,7 @@ class Negotiator {
                  std::chrono::steady_clock::time_point now) const;
   bool complete(const Pending &pending) const;
   static int set_of(const Pending &pending);
+  static OpKind kind_of(const Pending &pending);
   std::vector<bool> member_mask(int set) const;
 
   int rank_;

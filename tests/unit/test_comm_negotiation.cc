@@ -613,11 +613,22 @@ TEST_CASE("negotiator: join") {
   CHECK(cycle.ready[0].error.empty());
   CHECK(cycle.ready[0].joined == std::vector<bool>{false, false, true});
   CHECK(cycle.ready[0].per_rank[2].count == 6);
-  // Other kinds fail naming the joined rank; so does a broadcast from it.
+  // Other kinds fail naming the joined rank, broadcasts too (as in Horovod).
   CHECK(cycle.ready[1].name == "a");
   CHECK(contains(cycle.ready[1].error, "alltoall cannot run while rank 2 has joined"));
   CHECK(cycle.ready[2].name == "b");
-  CHECK(contains(cycle.ready[2].error, "its root, rank 2, has joined"));
+  CHECK(contains(cycle.ready[2].error, "broadcast cannot run while rank 2 has joined"));
+  // ... at once, when one rank has submitted it, without waiting for the others.
+  p = ranks.plan();
+  p.local[0] = {allgatherv("only0", 3), broadcast("only0b", 0)};
+  p.local[1] = {allgatherv("only1", 3)};
+  cycle = ranks.cycle(p);
+  REQUIRE(cycle.ready.size() == 3);
+  for (const auto &agreed : cycle.ready) {
+    INFO(agreed.name << ": " << agreed.error);
+    CHECK(contains(agreed.error, "cannot run while rank 2 has joined"));
+  }
+  CHECK(ranks.negotiators[1].pending() == 0);
 
   // Rank 0 joins, then rank 1: the last rank is 1, and joining starts over afterwards.
   p = ranks.plan();
