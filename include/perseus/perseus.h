@@ -63,7 +63,8 @@ typedef enum {
   PERSEUS_FLOAT16 = 4,
   PERSEUS_BFLOAT16 = 5,
   PERSEUS_FLOAT32 = 6,
-  PERSEUS_FLOAT64 = 7
+  PERSEUS_FLOAT64 = 7,
+  PERSEUS_INT16 = 8 /* reduced on host memory only: NCCL has no 16-bit integers */
 } perseus_dtype_t;
 
 /* Reductions. Integer sums and products wrap around (two's complement). PERSEUS_AVERAGE is the

@@ -37,6 +37,7 @@ static_assert(PERSEUS_ERROR_TIMEOUT == static_cast<int>(Code::kTimeout));
 static_assert(PERSEUS_ERROR_INTERNAL == static_cast<int>(Code::kInternal));
 static_assert(PERSEUS_FLOAT64 == static_cast<int>(DataType::kFloat64));
 static_assert(PERSEUS_BFLOAT16 == static_cast<int>(DataType::kBfloat16));
+static_assert(PERSEUS_INT16 == static_cast<int>(DataType::kInt16));
 static_assert(PERSEUS_PRODUCT == static_cast<int>(ReduceOp::kProduct));
 static_assert(PERSEUS_AVERAGE == static_cast<int>(ReduceOp::kAverage));
 

@@ -102,7 +102,7 @@ Descriptor get_descriptor(Reader &r, int ranks) {
   const auto type = r.get<uint8_t>("dtype");
   const auto op = r.get<uint8_t>("op");
   if (kind >= kOpKinds) r.bad("operation kind " + std::to_string(kind) + " is unknown");
-  if (type > static_cast<uint8_t>(DataType::kFloat64)) {
+  if (type > static_cast<uint8_t>(DataType::kInt16)) {
     r.bad("dtype " + std::to_string(type) + " is unknown");
   }
   if (op > static_cast<uint8_t>(ReduceOp::kProduct))

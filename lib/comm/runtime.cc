@@ -334,6 +334,12 @@ std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
           "prescale/postscale on device memory are not supported: scale the tensor "
           "on its stream before and after (the torch shim does)");
     }
+    if (d.type == DataType::kInt16 &&
+        (d.kind == OpKind::kAllreduce || d.kind == OpKind::kReducescatter)) {
+      throw invalid(std::string(name_of(d.kind)) +
+                    " of int16 on device memory: NCCL has no 16-bit integers to reduce (moving "
+                    "them works); reduce them in host memory, or as int32");
+    }
     const auto &cuda = nccl::cuda_api();
     if (request->send && d.count > 0) {
       nccl::check_device_pointer(cuda, request->send, d.device, "send buffer");

@@ -186,7 +186,7 @@ TEST_CASE("negotiation: decode refuses unknown flags, kinds, dtypes and ops") {
     CHECK(contains(refusal(one_fresh(descriptor_head(kind, 0, 0))),
                    "operation kind " + std::to_string(kind) + " is unknown"));
   }
-  for (const uint8_t type : {uint8_t{8}, uint8_t{255}}) {
+  for (const uint8_t type : {uint8_t{9}, uint8_t{255}}) {
     CHECK(contains(refusal(one_fresh(descriptor_head(0, type, 0))),
                    "dtype " + std::to_string(type) + " is unknown"));
   }
@@ -195,7 +195,7 @@ TEST_CASE("negotiation: decode refuses unknown flags, kinds, dtypes and ops") {
                    "op " + std::to_string(op) + " is unknown"));
   }
   // The largest valid values are accepted (the helpers write well-formed bytes).
-  std::string valid = one_fresh(descriptor_head(kOpKinds - 1, 7, 4));
+  std::string valid = one_fresh(descriptor_head(kOpKinds - 1, 8, 4));
   put<uint32_t>(valid, 0);  // no counts
   put<int32_t>(valid, -1);  // no shape
   put<uint32_t>(valid, 0);  // empty name
@@ -203,7 +203,7 @@ TEST_CASE("negotiation: decode refuses unknown flags, kinds, dtypes and ops") {
   const RankMessage m = decode(valid, 0, 3);
   REQUIRE(m.fresh.size() == 1);
   CHECK(m.fresh[0].kind == OpKind::kAddProcessSet);
-  CHECK(m.fresh[0].type == DataType::kFloat64);
+  CHECK(m.fresh[0].type == DataType::kInt16);
   CHECK(m.fresh[0].op == ReduceOp::kProduct);
 }
 

@@ -37,10 +37,10 @@ ERROR_NAMES = {
 # perseus_dtype_t, keyed by numpy's dtype names (torch's names are the same).
 DTYPES = {
     "uint8": 0, "int8": 1, "int32": 2, "int64": 3,
-    "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7,
+    "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7, "int16": 8,
 }
 DTYPE_NAMES = {code: name for name, code in DTYPES.items()}
-ITEMSIZE = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8}
+ITEMSIZE = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8, 8: 2}
 
 # perseus_op_t
 SUM, AVERAGE, MIN, MAX, PRODUCT = 0, 1, 2, 3, 4
