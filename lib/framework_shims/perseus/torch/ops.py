@@ -46,6 +46,7 @@ class ProcessSet:
         return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
 
 
+_SET_SIZES = {}  # libperseus set number -> its number of ranks
 global_process_set = ProcessSet()
 global_process_set.process_set_id = _native.GLOBAL_PROCESS_SET
 
@@ -89,6 +90,7 @@ def add_process_set(process_set):
     if process_set.process_set_id is not None:
         raise ValueError("%r was already added" % (process_set,))
     process_set.process_set_id = _native.add_process_set(process_set.ranks)
+    _SET_SIZES[process_set.process_set_id] = len(process_set.ranks)
     return process_set
 
 
@@ -215,14 +217,15 @@ def _scale_(tensor, factor):
 
 
 def _device_scales(send, op, pre, post, members):
-    """Device memory with scale factors: (op for libperseus, whether torch scales, the
-    postscale torch applies). As Horovod does on GPUs, an Average with scale factors is a Sum
-    whose postscale is divided by the number of ranks: one rounding, not two."""
-    if not send.is_cuda or (pre == 1.0 and post == 1.0):
+    """(op for libperseus, whether torch scales, the postscale). As Horovod does, an Average
+    with scale factors is a Sum whose postscale is divided by the number of ranks: one
+    rounding, not two (integers: one truncation). Device memory: torch scales (libperseus
+    takes factors of 1 only there)."""
+    if pre == 1.0 and post == 1.0:
         return op, False, post
     if op == Average:
-        return Sum, True, post / members
-    return op, True, post
+        op, post = Sum, post / members
+    return op, send.is_cuda, post
 
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, label=None,
@@ -236,7 +239,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     input_nonfinite = check and not _grad.finite(send)
     pre, post = float(prescale_factor), float(postscale_factor)
     # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
-    members = _native.size() if set_id == _native.GLOBAL_PROCESS_SET else None
+    members = _native.size() if set_id == _native.GLOBAL_PROCESS_SET else _SET_SIZES[set_id]
     op, device_scale, post = _device_scales(send, op, pre, post, members)
     if device_scale:
         if pre != 1.0:
