@@ -222,8 +222,9 @@ PERSEUS_API void perseus_release(perseus_request_t *request);
 
 /* Horovod's join: this rank has no more data. Blocks until every rank has joined; meanwhile
  * this rank takes part in the all-reduces the others submit with zeros (and in their
- * broadcasts, receiving nothing), so ranks with fewer batches do not stall the rest. Other
- * operations submitted while a rank has joined fail naming it. *last_rank (may be NULL) = the
+ * barriers), so ranks with fewer batches do not stall the rest. Other operations (broadcast,
+ * allgatherv, alltoall, reducescatter) submitted while a rank has joined fail at once on the
+ * ranks that submit them, naming it, as in Horovod. *last_rank (may be NULL) = the
  * last rank to join. device: where the zeros are made (PERSEUS_DEVICE_CPU or a CUDA device). */
 PERSEUS_API int perseus_join(int device, int *last_rank);
 
