@@ -26,6 +26,7 @@
 #define PERSEUS_PERSEUS_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PERSEUS_API __attribute__((visibility("default")))
@@ -62,7 +63,8 @@ typedef enum {
   PERSEUS_FLOAT16 = 4,
   PERSEUS_BFLOAT16 = 5,
   PERSEUS_FLOAT32 = 6,
-  PERSEUS_FLOAT64 = 7
+  PERSEUS_FLOAT64 = 7,
+  PERSEUS_INT16 = 8 /* reduced on host memory only: NCCL has no 16-bit integers */
 } perseus_dtype_t;
 
 /* Reductions. Integer sums and products wrap around (two's complement). PERSEUS_AVERAGE is the
@@ -196,6 +198,16 @@ PERSEUS_API int perseus_reducescatter_async(const void *send, void *recv, const 
                                             const char *name, int device, void *stream,
                                             perseus_request_t **request);
 
+/* Describes the tensor of this thread's next call (an *_async call, or its blocking form): its
+ * full shape, ndims extents (0..64; ndims 0 is a scalar), whose product must be the call's
+ * element count (alltoall and reducescatter: the sum of the counts). Negotiation then checks
+ * it against the shapes of the other ranks that gave one: the whole shape for allreduce,
+ * broadcast and reducescatter, all but the first dimension for allgatherv and alltoall (whose
+ * send_counts must then be whole rows); a mismatch fails the operation on every rank with an
+ * error naming both shapes. Without it only the element counts are compared. Used by that one
+ * call, whatever its result, then forgotten. */
+PERSEUS_API int perseus_next_shape(const int64_t *dims, int ndims);
+
 /* 1 when the request is done (succeeded or failed), 0 while it runs, PERSEUS_ERROR_INVALID_ARGUMENT
  * for a NULL request. Never blocks. */
 PERSEUS_API int perseus_poll(const perseus_request_t *request);
@@ -215,8 +227,9 @@ PERSEUS_API void perseus_release(perseus_request_t *request);
 
 /* Horovod's join: this rank has no more data. Blocks until every rank has joined; meanwhile
  * this rank takes part in the all-reduces the others submit with zeros (and in their
- * broadcasts, receiving nothing), so ranks with fewer batches do not stall the rest. Other
- * operations submitted while a rank has joined fail naming it. *last_rank (may be NULL) = the
+ * barriers), so ranks with fewer batches do not stall the rest. Other operations (broadcast,
+ * allgatherv, alltoall, reducescatter) submitted while a rank has joined fail at once on the
+ * ranks that submit them, naming it, as in Horovod. *last_rank (may be NULL) = the
  * last rank to join. device: where the zeros are made (PERSEUS_DEVICE_CPU or a CUDA device). */
 PERSEUS_API int perseus_join(int device, int *last_rank);
 

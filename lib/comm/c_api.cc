@@ -18,6 +18,7 @@
 #include "lib/comm/mpi_bootstrap.h"
 #include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/nccl/nccl_api.h"
+#include "lib/comm/negotiation.h"
 #include "lib/comm/runtime.h"
 #include "lib/comm/types.h"
 #include "lib/rendezvous/server.h"
@@ -36,6 +37,7 @@ static_assert(PERSEUS_ERROR_TIMEOUT == static_cast<int>(Code::kTimeout));
 static_assert(PERSEUS_ERROR_INTERNAL == static_cast<int>(Code::kInternal));
 static_assert(PERSEUS_FLOAT64 == static_cast<int>(DataType::kFloat64));
 static_assert(PERSEUS_BFLOAT16 == static_cast<int>(DataType::kBfloat16));
+static_assert(PERSEUS_INT16 == static_cast<int>(DataType::kInt16));
 static_assert(PERSEUS_PRODUCT == static_cast<int>(ReduceOp::kProduct));
 static_assert(PERSEUS_AVERAGE == static_cast<int>(ReduceOp::kAverage));
 
@@ -97,9 +99,16 @@ Runtime &initialized() {
   return *runtime;
 }
 
+// Clears the shape of perseus_next_shape when a call ends, however it ends: the shape is for
+// one call only.
+struct ForgetShape {
+  ~ForgetShape() { next_shape().reset(); }
+};
+
 // Runs `body` with the initialised runtime, under the shared lock.
 template <typename Body>
 int with_runtime(const char *function, const char *name, Body &&body) noexcept {
+  ForgetShape forget;
   return guarded(function, name, [&] {
     std::shared_lock lock(state().mutex);
     return body(initialized());
@@ -381,6 +390,29 @@ PERSEUS_API int perseus_reducescatter_async(const void *send, void *recv, const 
     return hand_out(r.reducescatter(send, recv, recv_counts, dtype, op, prescale, postscale, name,
                                     device, stream),
                     request);
+  });
+}
+
+PERSEUS_API int perseus_next_shape(const int64_t *dims, int ndims) {
+  return perseus::comm::guarded("perseus_next_shape", nullptr, [&] {
+    using perseus::comm::Code;
+    using perseus::comm::Error;
+    perseus::comm::next_shape().reset();
+    if (ndims < 0 || static_cast<size_t>(ndims) > perseus::comm::kMaxShapeDims) {
+      throw Error(Code::kInvalidArgument, "ndims " + std::to_string(ndims) + " is not in 0.." +
+                                              std::to_string(perseus::comm::kMaxShapeDims));
+    }
+    if (ndims > 0 && !dims) throw Error(Code::kInvalidArgument, "dims is NULL while ndims > 0");
+    std::vector<int64_t> shape(dims, dims + ndims);
+    for (int i = 0; i < ndims; ++i) {
+      if (shape[static_cast<size_t>(i)] < 0) {
+        throw Error(Code::kInvalidArgument,
+                    "dims[" + std::to_string(i) +
+                        "] = " + std::to_string(shape[static_cast<size_t>(i)]) + " is negative");
+      }
+    }
+    perseus::comm::next_shape() = std::move(shape);
+    return PERSEUS_SUCCESS;
   });
 }
 

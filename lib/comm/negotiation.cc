@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace perseus::comm {
 
@@ -90,6 +91,8 @@ void put_descriptor(Writer &w, const Descriptor &d) {
   w.put<uint64_t>(d.count);
   w.put<uint32_t>(static_cast<uint32_t>(d.counts.size()));
   for (uint64_t c : d.counts) w.put<uint64_t>(c);
+  w.put<int32_t>(d.has_shape ? static_cast<int32_t>(d.shape.size()) : -1);
+  for (int64_t extent : d.shape) w.put<int64_t>(extent);
   w.put_string(d.name);
 }
 
@@ -99,7 +102,7 @@ Descriptor get_descriptor(Reader &r, int ranks) {
   const auto type = r.get<uint8_t>("dtype");
   const auto op = r.get<uint8_t>("op");
   if (kind >= kOpKinds) r.bad("operation kind " + std::to_string(kind) + " is unknown");
-  if (type > static_cast<uint8_t>(DataType::kFloat64)) {
+  if (type > static_cast<uint8_t>(DataType::kInt16)) {
     r.bad("dtype " + std::to_string(type) + " is unknown");
   }
   if (op > static_cast<uint8_t>(ReduceOp::kProduct))
@@ -117,6 +120,17 @@ Descriptor get_descriptor(Reader &r, int ranks) {
   const size_t n = r.length("number of counts", static_cast<size_t>(ranks));
   d.counts.reserve(n);
   for (size_t i = 0; i < n; ++i) d.counts.push_back(r.get<uint64_t>("counts"));
+  const auto dims = r.get<int32_t>("number of dimensions");
+  if (dims < -1 || dims > static_cast<int32_t>(kMaxShapeDims)) {
+    r.bad("number of dimensions " + std::to_string(dims) + " is not in -1.." +
+          std::to_string(kMaxShapeDims));
+  }
+  d.has_shape = dims >= 0;
+  for (int32_t i = 0; i < dims; ++i) {
+    const auto extent = r.get<int64_t>("shape");
+    if (extent < 0) r.bad("dimension " + std::to_string(extent) + " is negative");
+    d.shape.push_back(extent);
+  }
   d.name = r.get_string("name");
   return d;
 }
@@ -144,6 +158,100 @@ std::string show_scales(const Descriptor &d) {
 }
 std::string show_memory(const Descriptor &d) { return d.device < 0 ? "host" : "device"; }
 std::string show_set(const Descriptor &d) { return std::to_string(d.process_set); }
+
+std::string shape_text(const std::vector<int64_t> &shape, size_t from) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    text += (i ? ", " : "") + (i < from ? std::string("*") : std::to_string(shape[i]));
+  }
+  return text + "]";
+}
+
+// Which part of the shape must agree: all of it, or all but the first dimension (whose extent
+// each rank chooses for allgatherv and alltoall); npos: none.
+size_t shape_agrees_from(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllreduce:
+    case OpKind::kBroadcast:
+    case OpKind::kReducescatter:
+      return 0;
+    case OpKind::kAllgatherv:
+    case OpKind::kAlltoall:
+      return 1;
+    default:
+      return std::string::npos;
+  }
+}
+
+// The shapes of the ranks that gave one must agree (a rank that gave none, a C caller, is not
+// compared). "" when they do.
+std::string check_shapes(const Agreed &agreed) {
+  const Descriptor *reference = nullptr;
+  size_t first = 0;
+  const auto counted = [&](size_t r) {
+    return agreed.member[r] && !agreed.joined[r] && agreed.per_rank[r].has_shape;
+  };
+  for (size_t r = 0; r < agreed.per_rank.size() && !reference; ++r) {
+    if (counted(r)) {
+      reference = &agreed.per_rank[r];
+      first = r;
+    }
+  }
+  if (!reference) return "";
+  const size_t from = shape_agrees_from(reference->kind);
+  if (from == std::string::npos) return "";
+  const auto part = [&](const Descriptor &d) {
+    return d.shape.size() < from ? d.shape
+                                 : std::vector<int64_t>(d.shape.begin() + from, d.shape.end());
+  };
+  const auto expected = part(*reference);
+  std::string text;
+  for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
+    if (counted(r) && (agreed.per_rank[r].shape.size() != reference->shape.size() ||
+                       part(agreed.per_rank[r]) != expected)) {
+      text += ", rank " + std::to_string(r) + " " + shape_text(agreed.per_rank[r].shape, from);
+    }
+  }
+  if (text.empty()) return "";
+  return std::string("the ranks disagree on its shape") +
+         (from ? " (all but the first dimension must agree)" : "") + ": rank " +
+         std::to_string(first) + " gave " + shape_text(reference->shape, from) + text +
+         " (every rank must submit it with the same arguments)";
+}
+
+// What the output of an allgatherv or alltoall would need: refused before any rank allocates
+// it when the elements the peers announce overflow size_t in bytes. "" when they fit.
+std::string check_output_size(const Agreed &agreed) {
+  const Descriptor &any = agreed.per_rank.front();
+  const uint64_t limit = std::numeric_limits<size_t>::max() / element_size(any.type);
+  const auto too_big = [&](const std::string &what) {
+    return what + " add up to more elements of " + name_of(any.type) + " than fit in memory";
+  };
+  if (any.kind == OpKind::kAllgatherv) {
+    uint64_t total = 0;
+    for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
+      if (!agreed.member[r]) continue;
+      const uint64_t c = agreed.per_rank[r].count;
+      if (c > limit - total) return too_big("the ranks' counts");
+      total += c;
+    }
+  } else if (any.kind == OpKind::kAlltoall) {
+    for (size_t to = 0; to < agreed.per_rank.size(); ++to) {
+      uint64_t total = 0;
+      for (const Descriptor &d : agreed.per_rank) {
+        const uint64_t c = d.counts[to];
+        if (c > limit - total) return too_big("the counts sent to rank " + std::to_string(to));
+        total += c;
+      }
+    }
+  }
+  return "";
+}
+
+// Horovod's join: a joined rank takes part in all-reduces (with zeros) and barriers only.
+bool runs_while_joined(OpKind kind) {
+  return kind == OpKind::kAllreduce || kind == OpKind::kBarrier;
+}
 
 std::vector<Field> fields_for(OpKind kind) {
   std::vector<Field> fields = {{"operation", show_kind},
@@ -279,11 +387,27 @@ std::vector<bool> Negotiator::member_mask(int set) const {
 bool Negotiator::complete(const Pending &pending) const {
   const int set = set_of(pending);
   if (set < 0 || static_cast<size_t>(set) >= sets_.size()) return true;
+  // An operation that cannot run while a member has joined fails at once, as in Horovod,
+  // without waiting for the ranks that have not submitted it (and may never: they may have
+  // counted their unnamed operations differently).
+  const OpKind kind = kind_of(pending);
+  if (!runs_while_joined(kind)) {
+    for (int r : sets_[static_cast<size_t>(set)]) {
+      if (joined_[static_cast<size_t>(r)]) return true;
+    }
+  }
   for (int r : sets_[static_cast<size_t>(set)]) {
     const auto index = static_cast<size_t>(r);
     if (!pending.per_rank[index] && !joined_[index]) return false;
   }
   return true;
+}
+
+OpKind Negotiator::kind_of(const Pending &pending) {
+  for (const auto &d : pending.per_rank) {
+    if (d) return d->kind;
+  }
+  return OpKind::kAllreduce;
 }
 
 const std::vector<int> &Negotiator::members(int set) const {
@@ -307,17 +431,10 @@ std::string Negotiator::check(const Agreed &agreed) const {
   }
   for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
     if (!agreed.joined[r]) continue;
-    if (reference.kind != OpKind::kAllreduce && reference.kind != OpKind::kBroadcast &&
-        reference.kind != OpKind::kBarrier) {
+    if (!runs_while_joined(reference.kind)) {
       return std::string(name_of(reference.kind)) + " cannot run while rank " + std::to_string(r) +
-             " has joined (perseus_join): only allreduce, broadcast and barrier can";
+             " has joined (perseus_join): only allreduce and barrier can, as in Horovod";
     }
-  }
-  if (reference.kind == OpKind::kBroadcast && reference.root >= 0 &&
-      static_cast<size_t>(reference.root) < agreed.joined.size() &&
-      agreed.joined[static_cast<size_t>(reference.root)]) {
-    return "its root, rank " + std::to_string(reference.root) +
-           ", has joined (perseus_join) and has nothing to send";
   }
   for (const Field &field : fields_for(reference.kind)) {
     const std::string expected = field.show(reference);
@@ -346,7 +463,9 @@ std::string Negotiator::check(const Agreed &agreed) const {
       }
     }
   }
-  return "";
+  std::string shapes = check_shapes(agreed);
+  if (!shapes.empty()) return shapes;
+  return check_output_size(agreed);
 }
 
 Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
@@ -410,7 +529,9 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
     for (size_t r = 0; r < it->second.per_rank.size(); ++r) {
       const auto &d = it->second.per_rank[r];
       agreed.per_rank.push_back(d ? *d : *first);
-      agreed.joined[r] = agreed.member[r] && !d;
+      // A member that has not submitted it has joined, or the operation fails at once
+      // because another has (complete()).
+      agreed.joined[r] = agreed.member[r] && !d && joined_[r];
       any_joined = any_joined || agreed.joined[r];
       if (d && !agreed.member[r] && agreed.error.empty()) {
         agreed.error = "rank " + std::to_string(r) + " submitted it in process set " +

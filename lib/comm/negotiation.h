@@ -42,6 +42,7 @@ struct RankMessage {
 // Caps checked before anything is allocated when decoding a peer's message.
 constexpr size_t kMaxNameBytes = 64 * 1024;
 constexpr size_t kMaxEntries = 1 << 20;
+constexpr size_t kMaxShapeDims = 64;
 
 std::string encode(const RankMessage &message);
 // Throws Error(kCommunication) naming `from` and what is wrong when `bytes` is not a message
@@ -122,6 +123,7 @@ class Negotiator {
                  std::chrono::steady_clock::time_point now) const;
   bool complete(const Pending &pending) const;
   static int set_of(const Pending &pending);
+  static OpKind kind_of(const Pending &pending);
   std::vector<bool> member_mask(int set) const;
 
   int rank_;

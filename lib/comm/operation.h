@@ -46,6 +46,11 @@ struct Descriptor {
   double postscale = 1.0;
   uint64_t count = 0;
   std::vector<uint64_t> counts;
+  // The tensor's full shape, when the caller gave it (perseus_next_shape); negotiation checks it
+  // against the other ranks': whole for allreduce, broadcast and reducescatter, all but the
+  // first dimension for allgatherv and alltoall.
+  bool has_shape = false;
+  std::vector<int64_t> shape;
   std::string name;
 
   bool operator==(const Descriptor &) const = default;

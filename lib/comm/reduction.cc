@@ -46,9 +46,12 @@ C add(C a, C b) {
 template <typename C>
 C multiply(C a, C b) {
   if constexpr (std::is_integral_v<C>) {
-    // uint8 * uint8 promotes to int, where 255 * 255 still fits.
+    // In unsigned arithmetic of at least unsigned int's width: uint16 * uint16 would promote
+    // to int, where 65535 * 65535 overflows.
     using U = std::make_unsigned_t<C>;
-    return static_cast<C>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
+    return static_cast<C>(
+        static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
   } else {
     return a * b;
   }
@@ -154,6 +157,8 @@ auto dispatch(DataType type, F &&f) {
       return f(static_cast<uint8_t *>(nullptr));
     case DataType::kInt8:
       return f(static_cast<int8_t *>(nullptr));
+    case DataType::kInt16:
+      return f(static_cast<int16_t *>(nullptr));
     case DataType::kInt32:
       return f(static_cast<int32_t *>(nullptr));
     case DataType::kInt64:

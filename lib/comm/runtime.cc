@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "lib/comm/error.h"
@@ -296,13 +297,67 @@ std::shared_ptr<Request> Runtime::make(OpKind kind, const char *name, int dtype,
   return request;
 }
 
+std::optional<std::vector<int64_t>> &next_shape() {
+  static thread_local std::optional<std::vector<int64_t>> shape;
+  return shape;
+}
+
+namespace {
+
+// The elements a descriptor's shape must hold: its count, which for alltoall and reducescatter
+// is the sum of the counts.
+void check_shape(const Descriptor &d) {
+  uint64_t elements = 1;
+  for (int64_t extent : d.shape) {
+    const auto e = static_cast<uint64_t>(extent);
+    elements = (e != 0 && elements > std::numeric_limits<uint64_t>::max() / e) ? 0 : elements * e;
+  }
+  std::string text = "[";
+  for (size_t i = 0; i < d.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(d.shape[i]);
+  text += "]";
+  if (elements != d.count) {
+    throw invalid("the shape " + text + " given by perseus_next_shape holds " +
+                  std::to_string(elements) + " elements, but the call has " +
+                  std::to_string(d.count) + ": give the tensor's own shape");
+  }
+  const bool by_rows = d.kind == OpKind::kAllgatherv || d.kind == OpKind::kAlltoall;
+  if (by_rows && d.shape.empty()) {
+    throw invalid("the shape given by perseus_next_shape has no dimensions: " +
+                  std::string(name_of(d.kind)) + " concatenates along the first one");
+  }
+  if (d.kind == OpKind::kAlltoall) {
+    uint64_t row = 1;
+    for (size_t i = 1; i < d.shape.size(); ++i) row *= static_cast<uint64_t>(d.shape[i]);
+    for (size_t r = 0; r < d.counts.size(); ++r) {
+      if (row != 0 && d.counts[r] % row != 0) {
+        throw invalid("send_counts[" + std::to_string(r) + "] = " + std::to_string(d.counts[r]) +
+                      " is not a whole number of rows of " + std::to_string(row) +
+                      " elements (shape " + text + ")");
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
+  if (auto shape = std::exchange(next_shape(), std::nullopt)) {
+    request->what.has_shape = true;
+    request->what.shape = std::move(*shape);
+    check_shape(request->what);
+  }
   if (request->what.device >= 0) {
     const Descriptor &d = request->what;
     if (d.prescale != 1.0 || d.postscale != 1.0) {
       throw invalid(
           "prescale/postscale on device memory are not supported: scale the tensor "
           "on its stream before and after (the torch shim does)");
+    }
+    if (d.type == DataType::kInt16 &&
+        (d.kind == OpKind::kAllreduce || d.kind == OpKind::kReducescatter)) {
+      throw invalid(std::string(name_of(d.kind)) +
+                    " of int16 on device memory: NCCL has no 16-bit integers to reduce (moving "
+                    "them works); reduce them in host memory, or as int32");
     }
     const auto &cuda = nccl::cuda_api();
     if (request->send && d.count > 0) {

@@ -8,10 +8,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "lib/comm/engine.h"
 #include "lib/comm/job_environment.h"
@@ -27,6 +29,10 @@ namespace perseus::comm {
 // Set when the process has begun to exit (an atexit handler perseus_init registers): the
 // background thread then no longer touches the store.
 std::atomic<bool> &process_exiting();
+
+// The full shape the caller gave for this thread's next operation (perseus_next_shape), taken
+// by the next submission; the C API's wrappers clear it after every call they make.
+std::optional<std::vector<int64_t>> &next_shape();
 
 class Runtime {
  public:

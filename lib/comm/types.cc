@@ -13,7 +13,7 @@ struct TypeInfo {
   size_t size;
 };
 
-constexpr std::array<TypeInfo, 8> kTypes = {{
+constexpr std::array<TypeInfo, 9> kTypes = {{
     {"uint8", 1},
     {"int8", 1},
     {"int32", 4},
@@ -22,6 +22,7 @@ constexpr std::array<TypeInfo, 8> kTypes = {{
     {"bfloat16", 2},
     {"float32", 4},
     {"float64", 8},
+    {"int16", 2},
 }};
 
 constexpr std::array<const char *, 5> kOps = {"sum", "average", "min", "max", "product"};
@@ -32,7 +33,7 @@ DataType to_data_type(int value) {
   if (value < 0 || static_cast<size_t>(value) >= kTypes.size()) {
     throw Error(Code::kInvalidArgument,
                 "dtype " + std::to_string(value) +
-                    " is not a perseus_dtype_t (PERSEUS_UINT8 = 0 ... PERSEUS_FLOAT64 = 7)");
+                    " is not a perseus_dtype_t (PERSEUS_UINT8 = 0 ... PERSEUS_INT16 = 8)");
   }
   return static_cast<DataType>(value);
 }

@@ -17,6 +17,7 @@ enum class DataType : int {
   kBfloat16 = 5,
   kFloat32 = 6,
   kFloat64 = 7,
+  kInt16 = 8,  // after the others: their numbers are the ABI's
 };
 enum class ReduceOp : int { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4 };
 

@@ -5,8 +5,10 @@
 #   ../shared/device/pack .device build/apps/perseusrun/perseusrun build/lib/comm/libperseus.so \
 #       build/bench/nccl/nccl_raw_allreduce
 #   run (carry [".device"]): bash scripts/gpu/run_gpu_checks.sh
-# Runs tests/gpu/gpu_ops_test.py (one rank under perseusrun) and bench/gpu_allreduce.py, and
-# writes $OUT/gpu_ops_h200.txt, $OUT/gpu_allreduce_h200.txt (+ .json) and $OUT/versions.txt.
+# Runs tests/gpu/gpu_ops_test.py and tests/gpu/gpu_conformance_test.py (one rank under
+# perseusrun) and bench/gpu_allreduce.py, and
+# writes $OUT/gpu_ops_h200.txt, $OUT/gpu_conformance_h200.txt, $OUT/gpu_allreduce_h200.txt
+# (+ .json) and $OUT/versions.txt.
 # Exit: 0 when both passed, else 1.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,6 +49,14 @@ grep -q '^exit: 0$' "$OUT/gpu_ops_h200.txt" || status=1
   echo "exit: $?"
 } 2>&1 | tee "$OUT/gpu_ops_streams4_h200.txt"
 grep -q '^exit: 0$' "$OUT/gpu_ops_streams4_h200.txt" || status=1
+{
+  echo "## perseusrun -np 1 python3 tests/gpu/gpu_conformance_test.py (every op x dtype x size"
+  echo "## 1 .. 2^20+3 x 1-3 dimensions against torch, through perseus.torch.horovod)"
+  timeout 300 build/apps/perseusrun/perseusrun -np 1 -H localhost:1 -x NCCL_NVLS_ENABLE=0 \
+    python3 tests/gpu/gpu_conformance_test.py 2>&1
+  echo "exit: $?"
+} 2>&1 | tee "$OUT/gpu_conformance_h200.txt"
+grep -q '^exit: 0$' "$OUT/gpu_conformance_h200.txt" || status=1
 {
   cat "$OUT/versions.txt"
   echo "## python3 bench/gpu_allreduce.py ${GPU_BENCH_ARGS:-}"

@@ -72,3 +72,14 @@ def test_ops_script_one_rank():
                 "--quick"])
     assert proc.returncode == 0, show(proc)
     assert re.search(r"# total: \d+ passed, 0 failed -> PASS", proc.stdout), show(proc)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_conformance_script(n):
+    # Every op x dtype x size x dimensions against torch, on host tensors here.
+    proc = run(["-np", str(n), "-H", "localhost:%d" % n, PYTHON,
+                "tests/gpu/gpu_conformance_test.py", "--cpu", "--quick"])
+    assert proc.returncode == 0, show(proc)
+    totals = re.findall(r"^\[1,\d+\]<stdout>:rank \d+ of \d+ on cpu: (\d+) passed, 0 failed -> PASS$",
+                        proc.stdout, re.M)
+    assert len(totals) == n and all(int(t) > 1000 for t in totals), show(proc)

@@ -153,3 +153,11 @@ def test_missing_library_is_a_clear_error():
     proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
                           env=clean_env(PERSEUS_LIBRARY="/nonexistent/libperseus.so"))
     assert "error: could not load libperseus" in proc.stdout, show(proc)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_horovod_conformance(n):
+    # Shapes that differ between ranks are refused everywhere and the job goes on; a name in
+    # flight raises ValueError at once; join with allgather/broadcast; averaged gradients of
+    # allgather and broadcast; int16.
+    expect_all_passed(run_ranks(n, "conformance.py"), n, "conformance")

@@ -17,6 +17,8 @@ void with_type(DataType type, F &&f) {
       return f(uint8_t{});
     case DataType::kInt8:
       return f(int8_t{});
+    case DataType::kInt16:
+      return f(int16_t{});
     case DataType::kInt32:
       return f(int32_t{});
     case DataType::kInt64:

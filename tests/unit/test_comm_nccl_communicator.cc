@@ -225,6 +225,22 @@ TEST_CASE("types and ops map to NCCL's; alltoallv sends to peers and copies its 
                        doctest::Contains("2 counts for 3 ranks"), Error);
 }
 
+TEST_CASE("one rank: an average goes to NCCL as a sum (a copy), every other op unchanged") {
+  fake = FakeState{};
+  fake.polls_until_joined = 0;
+  Communicator alone(kFakeCuda, kFakeNccl, 0, 1, 0, echo, in(milliseconds(1000)));
+  float buffer[8] = {};
+  alone.allreduce(buffer, buffer + 4, 4, DataType::kFloat32, ReduceOp::kAverage, nullptr);
+  CHECK(fake.last_op == kNcclSum);
+  alone.allreduce(buffer, buffer, 4, DataType::kFloat16, ReduceOp::kMax, nullptr);
+  CHECK(fake.last_op == kNcclMax);
+  alone.allreduce(buffer, buffer, 4, DataType::kInt32, ReduceOp::kProduct, nullptr);
+  CHECK(fake.last_op == kNcclProd);
+  Communicator pair(kFakeCuda, kFakeNccl, 1, 2, 0, echo, in(milliseconds(1000)));
+  pair.allreduce(buffer, buffer, 4, DataType::kFloat32, ReduceOp::kAverage, nullptr);
+  CHECK(fake.last_op == kNcclAvg);
+}
+
 // ---- The real CUDA runtime and NCCL: on a GPU only (skipped elsewhere) ----
 
 bool no_gpu() { return !nccl_available(nullptr); }
@@ -259,8 +275,7 @@ struct Stream {
 };
 
 template <typename T>
-void check_identity_ops(Communicator &comm, DataType type, CudaStream stream) {
-  const size_t count = 1000;
+void check_identity_ops(Communicator &comm, DataType type, CudaStream stream, size_t count = 1000) {
   DeviceBuffer<T> send(count);
   DeviceBuffer<T> recv(count);
   for (size_t i = 0; i < count; ++i) send.host[i] = static_cast<T>(i % 100);
@@ -286,6 +301,12 @@ TEST_CASE("one rank: every operation on device buffers gives its input back" *
   check_identity_ops<uint16_t>(comm, DataType::kBfloat16, stream.stream);  // tiny subnormals
   check_identity_ops<float>(comm, DataType::kFloat32, stream.stream);
   check_identity_ops<double>(comm, DataType::kFloat64, stream.stream);
+  // Sizes whose last elements NCCL's one-rank ncclAvg was seen to get wrong.
+  check_identity_ops<float>(comm, DataType::kFloat32, stream.stream, 4913);
+  check_identity_ops<double>(comm, DataType::kFloat64, stream.stream, 65537);
+  check_identity_ops<uint16_t>(comm, DataType::kFloat16, stream.stream, (1 << 20) + 3);
+  check_identity_ops<float>(comm, DataType::kFloat32, stream.stream, (1 << 20) + 3);
+  check_identity_ops<double>(comm, DataType::kFloat64, stream.stream, (1 << 20) + 3);
 
   const size_t count = 777;
   DeviceBuffer<float> send(count);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -55,6 +56,21 @@ Descriptor alltoall(const std::string &name, std::vector<uint64_t> counts) {
   return d;
 }
 
+Descriptor shaped(Descriptor d, std::vector<int64_t> shape) {
+  d.has_shape = true;
+  d.shape = std::move(shape);
+  return d;
+}
+
+Descriptor allgatherv(const std::string &name, uint64_t count) {
+  Descriptor d;
+  d.kind = OpKind::kAllgatherv;
+  d.type = DataType::kFloat32;
+  d.count = count;
+  d.name = name;
+  return d;
+}
+
 RankMessage sample_message() {
   RankMessage m;
   m.shutdown = true;
@@ -64,8 +80,9 @@ RankMessage sample_message() {
   a.prescale = 0.5;
   a.postscale = -3.25;
   a.device = 3;
-  Descriptor b = alltoall("tokens", {1, 0, 5});
-  Descriptor c = broadcast("", 2, 0);  // an empty name and a zero count travel too
+  a = shaped(a, {7, 11, 13});
+  Descriptor b = shaped(alltoall("tokens", {1, 0, 5}), {6});
+  Descriptor c = shaped(broadcast("", 2, 0), {});  // a scalar's shape, an empty name, count 0
   Descriptor d;
   d.kind = OpKind::kReducescatter;
   d.type = DataType::kFloat16;
@@ -169,7 +186,7 @@ TEST_CASE("negotiation: decode refuses unknown flags, kinds, dtypes and ops") {
     CHECK(contains(refusal(one_fresh(descriptor_head(kind, 0, 0))),
                    "operation kind " + std::to_string(kind) + " is unknown"));
   }
-  for (const uint8_t type : {uint8_t{8}, uint8_t{255}}) {
+  for (const uint8_t type : {uint8_t{9}, uint8_t{255}}) {
     CHECK(contains(refusal(one_fresh(descriptor_head(0, type, 0))),
                    "dtype " + std::to_string(type) + " is unknown"));
   }
@@ -178,14 +195,15 @@ TEST_CASE("negotiation: decode refuses unknown flags, kinds, dtypes and ops") {
                    "op " + std::to_string(op) + " is unknown"));
   }
   // The largest valid values are accepted (the helpers write well-formed bytes).
-  std::string valid = one_fresh(descriptor_head(kOpKinds - 1, 7, 4));
+  std::string valid = one_fresh(descriptor_head(kOpKinds - 1, 8, 4));
   put<uint32_t>(valid, 0);  // no counts
+  put<int32_t>(valid, -1);  // no shape
   put<uint32_t>(valid, 0);  // empty name
   put<uint32_t>(valid, 0);  // no cancels
   const RankMessage m = decode(valid, 0, 3);
   REQUIRE(m.fresh.size() == 1);
   CHECK(m.fresh[0].kind == OpKind::kAddProcessSet);
-  CHECK(m.fresh[0].type == DataType::kFloat64);
+  CHECK(m.fresh[0].type == DataType::kInt16);
   CHECK(m.fresh[0].op == ReduceOp::kProduct);
 }
 
@@ -202,12 +220,32 @@ TEST_CASE("negotiation: decode refuses a count list longer than the ranks") {
   CHECK(contains(refusal(huge), "number of counts is 4294967295, over the cap of 3"));
 }
 
+TEST_CASE("negotiation: decode refuses shapes of too many dimensions or negative extents") {
+  for (const int32_t dims : {-2, static_cast<int32_t>(kMaxShapeDims + 1), int32_t{1 << 30}}) {
+    std::string bytes = one_fresh(descriptor_head(0, 0, 0));
+    put<uint32_t>(bytes, 0);
+    put<int32_t>(bytes, dims);
+    const std::string why = refusal(bytes);
+    CHECK(contains(why, "number of dimensions " + std::to_string(dims) + " is not in -1..64"));
+  }
+  std::string negative = one_fresh(descriptor_head(0, 0, 0));
+  put<uint32_t>(negative, 0);
+  put<int32_t>(negative, 2);
+  put<int64_t>(negative, 3);
+  put<int64_t>(negative, -4);
+  CHECK(contains(refusal(negative), "dimension -4 is negative"));
+  RankMessage deepest;
+  deepest.fresh = {shaped(allreduce("deep", 1), std::vector<int64_t>(kMaxShapeDims, 1))};
+  CHECK(decode(encode(deepest), 0, 2) == deepest);
+}
+
 TEST_CASE("negotiation: decode refuses lengths over the caps before allocating") {
   // A name length just over the cap, and the largest, with no bytes behind them: refused by
   // the cap (not as a truncation, which would mean the length was trusted first).
   for (const uint32_t length : {static_cast<uint32_t>(kMaxNameBytes + 1), 0xffffffffu}) {
     std::string bytes = one_fresh(descriptor_head(0, 0, 0));
     put<uint32_t>(bytes, 0);  // no counts
+    put<int32_t>(bytes, -1);  // no shape
     put<uint32_t>(bytes, length);
     const std::string why = refusal(bytes);
     CHECK(contains(why, "name is " + std::to_string(length) + ", over the cap of " +
@@ -467,6 +505,31 @@ TEST_CASE("negotiator: mismatched arguments fail naming the ranks and values") {
        {"its op: rank 0 gave sum, rank 1 max, rank 2 min"}},
       {"root", broadcast("x", 0), broadcast("x", 0), broadcast("x", 2), {"its root", "rank 2 2"}},
       {"kind", allreduce("x"), broadcast("x", 0), allreduce("x"), {"its operation", "broadcast"}},
+      {"shape, equal counts",
+       shaped(allreduce("x", 6), {2, 3}),
+       shaped(allreduce("x", 6), {2, 3}),
+       shaped(allreduce("x", 6), {3, 2}),
+       {"its shape: rank 0 gave [2, 3], rank 2 [3, 2]"}},
+      {"shape, number of dimensions",
+       shaped(broadcast("x", 0, 6), {6}),
+       shaped(broadcast("x", 0, 6), {1, 6}),
+       shaped(broadcast("x", 0, 6), {6}),
+       {"its shape: rank 0 gave [6], rank 1 [1, 6]"}},
+      {"allgatherv rows",
+       shaped(allgatherv("x", 6), {2, 3}),
+       shaped(allgatherv("x", 6), {3, 2}),
+       shaped(allgatherv("x", 12), {4, 3}),
+       {"all but the first dimension must agree", "rank 0 gave [*, 3], rank 1 [*, 2]"}},
+      {"allgatherv dimensions",
+       shaped(allgatherv("x", 6), {2, 3}),
+       shaped(allgatherv("x", 6), {2, 3}),
+       shaped(allgatherv("x", 6), {2, 3, 1}),
+       {"rank 0 gave [*, 3], rank 2 [*, 3, 1]"}},
+      {"alltoall rows",
+       shaped(alltoall("x", {4, 4, 4}), {6, 2}),
+       shaped(alltoall("x", {4, 4, 4}), {3, 4}),
+       shaped(alltoall("x", {4, 4, 4}), {6, 2}),
+       {"rank 0 gave [*, 2], rank 1 [*, 4]"}},
   };
   for (const auto &c : cases) {
     INFO(c.what);
@@ -502,6 +565,37 @@ TEST_CASE("negotiator: mismatched arguments fail naming the ranks and values") {
   CHECK(contains(cycle.ready[1].error, "rank 1 gave 2 send counts for 3 ranks"));
 }
 
+TEST_CASE(
+    "negotiator: shapes agree with different first dimensions; a rank without one is "
+    "not compared; counts that overflow are refused before anything is allocated") {
+  Ranks ranks(3);
+  auto p = ranks.plan();
+  p.local = {{shaped(allgatherv("g", 6), {2, 3}), shaped(allreduce("r", 6), {2, 3})},
+             {shaped(allgatherv("g", 0), {0, 3}), allreduce("r", 6)},
+             {shaped(allgatherv("g", 15), {5, 3}), shaped(allreduce("r", 6), {2, 3})}};
+  auto cycle = ranks.cycle(p);
+  REQUIRE(cycle.ready.size() == 2);
+  CHECK(cycle.ready[0].error.empty());
+  CHECK(cycle.ready[1].error.empty());
+  // Peers that announce more elements than size_t holds in bytes.
+  const uint64_t huge = std::numeric_limits<uint64_t>::max() / 2;
+  p.local = {{allgatherv("big", huge)}, {allgatherv("big", huge)}, {allgatherv("big", 1)}};
+  cycle = ranks.cycle(p);
+  REQUIRE(cycle.ready.size() == 1);
+  CHECK(contains(cycle.ready[0].error, "the ranks' counts add up to more elements of float32"));
+  p.local = {{alltoall("a2a", {huge, 0, 0})},
+             {alltoall("a2a", {huge, 0, 0})},
+             {alltoall("a2a", {0, 0, 0})}};
+  cycle = ranks.cycle(p);
+  REQUIRE(cycle.ready.size() == 1);
+  CHECK(contains(cycle.ready[0].error, "the counts sent to rank 0 add up to more elements"));
+  // And the job goes on.
+  p.local = {{allgatherv("big", 1)}, {allgatherv("big", 2)}, {allgatherv("big", 3)}};
+  cycle = ranks.cycle(p);
+  REQUIRE(cycle.ready.size() == 1);
+  CHECK(cycle.ready[0].error.empty());
+}
+
 TEST_CASE("negotiator: join") {
   Ranks ranks(3);
   auto p = ranks.plan();
@@ -520,11 +614,22 @@ TEST_CASE("negotiator: join") {
   CHECK(cycle.ready[0].error.empty());
   CHECK(cycle.ready[0].joined == std::vector<bool>{false, false, true});
   CHECK(cycle.ready[0].per_rank[2].count == 6);
-  // Other kinds fail naming the joined rank; so does a broadcast from it.
+  // Other kinds fail naming the joined rank, broadcasts too (as in Horovod).
   CHECK(cycle.ready[1].name == "a");
   CHECK(contains(cycle.ready[1].error, "alltoall cannot run while rank 2 has joined"));
   CHECK(cycle.ready[2].name == "b");
-  CHECK(contains(cycle.ready[2].error, "its root, rank 2, has joined"));
+  CHECK(contains(cycle.ready[2].error, "broadcast cannot run while rank 2 has joined"));
+  // ... at once, when one rank has submitted it, without waiting for the others.
+  p = ranks.plan();
+  p.local[0] = {allgatherv("only0", 3), broadcast("only0b", 0)};
+  p.local[1] = {allgatherv("only1", 3)};
+  cycle = ranks.cycle(p);
+  REQUIRE(cycle.ready.size() == 3);
+  for (const auto &agreed : cycle.ready) {
+    INFO(agreed.name << ": " << agreed.error);
+    CHECK(contains(agreed.error, "cannot run while rank 2 has joined"));
+  }
+  CHECK(ranks.negotiators[1].pending() == 0);
 
   // Rank 0 joins, then rank 1: the last rank is 1, and joining starts over afterwards.
   p = ranks.plan();

@@ -22,16 +22,16 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
-                              DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
-                              DataType::kFloat32, DataType::kFloat64};
-const DataType kSignedTypes[] = {DataType::kInt8,    DataType::kInt32,    DataType::kInt64,
-                                 DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
-                                 DataType::kFloat64};
+const DataType kAllTypes[] = {DataType::kUint8,    DataType::kInt8,    DataType::kInt16,
+                              DataType::kInt32,    DataType::kInt64,   DataType::kFloat16,
+                              DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64};
+const DataType kSignedTypes[] = {DataType::kInt8,    DataType::kInt16,   DataType::kInt32,
+                                 DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
+                                 DataType::kFloat32, DataType::kFloat64};
 const DataType kFloatTypes[] = {DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
                                 DataType::kFloat64};
-const DataType kIntegerTypes[] = {DataType::kUint8, DataType::kInt8, DataType::kInt32,
-                                  DataType::kInt64};
+const DataType kIntegerTypes[] = {DataType::kUint8, DataType::kInt8, DataType::kInt16,
+                                  DataType::kInt32, DataType::kInt64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
 
@@ -413,6 +413,7 @@ TEST_CASE("types: dtype and op values, sizes and names") {
   } kTypes[] = {
       {PERSEUS_UINT8, DataType::kUint8, sizeof(uint8_t), "uint8"},
       {PERSEUS_INT8, DataType::kInt8, sizeof(int8_t), "int8"},
+      {PERSEUS_INT16, DataType::kInt16, sizeof(int16_t), "int16"},
       {PERSEUS_INT32, DataType::kInt32, sizeof(int32_t), "int32"},
       {PERSEUS_INT64, DataType::kInt64, sizeof(int64_t), "int64"},
       {PERSEUS_FLOAT16, DataType::kFloat16, sizeof(Float16), "float16"},
@@ -448,7 +449,7 @@ TEST_CASE("types: dtype and op values, sizes and names") {
 }
 
 TEST_CASE("types: out-of-range dtype and op are invalid arguments naming the value") {
-  for (const int value : {-1, 8, 100, INT_MIN, INT_MAX}) {
+  for (const int value : {-1, 9, 100, INT_MIN, INT_MAX}) {
     INFO("dtype " << value);
     try {
       (void)to_data_type(value);

@@ -33,9 +33,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Body = std::function<std::string(int rank, const std::vector<pid_t> &pids)>;
 
-const DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
-                              DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
-                              DataType::kFloat32, DataType::kFloat64};
+const DataType kAllTypes[] = {DataType::kUint8,    DataType::kInt8,    DataType::kInt16,
+                              DataType::kInt32,    DataType::kInt64,   DataType::kFloat16,
+                              DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
 

@@ -70,7 +70,8 @@ void hierarchical_allreduce(const HostLayout &layout, Communicator &flat, Commun
   // truncations add up differently) nor for hosts of different sizes.
   const bool two_level_average = layout.scheme == Scheme::kScatterGather &&
                                  type != DataType::kUint8 && type != DataType::kInt8 &&
-                                 type != DataType::kInt32 && type != DataType::kInt64;
+                                 type != DataType::kInt16 && type != DataType::kInt32 &&
+                                 type != DataType::kInt64;
   const bool flat_only =
       layout.scheme == Scheme::kFlat || (op == ReduceOp::kAverage && !two_level_average);
   if (flat_only || count == 0) {

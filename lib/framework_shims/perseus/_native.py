@@ -14,8 +14,8 @@ import atexit
 import ctypes
 import ctypes.util
 import os
-import threading
 import sys
+import threading
 
 # perseus_result_t
 SUCCESS = 0
@@ -38,10 +38,10 @@ ERROR_NAMES = {
 # perseus_dtype_t, keyed by numpy's dtype names (torch's names are the same).
 DTYPES = {
     "uint8": 0, "int8": 1, "int32": 2, "int64": 3,
-    "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7,
+    "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7, "int16": 8,
 }
 DTYPE_NAMES = {code: name for name, code in DTYPES.items()}
-ITEMSIZE = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8}
+ITEMSIZE = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8, 8: 2}
 
 # perseus_op_t
 SUM, AVERAGE, MIN, MAX, PRODUCT = 0, 1, 2, 3, 4
@@ -61,6 +61,11 @@ class PerseusError(RuntimeError):
         super().__init__(message)
         self.code = code
         self.detail = detail
+
+
+class DuplicateNameError(PerseusError, ValueError):
+    """An operation was submitted under a name that is still in flight on this rank (Horovod
+    raises ValueError there): nothing was submitted, the job goes on."""
 
 
 class NonFiniteError(PerseusError):
@@ -147,6 +152,7 @@ def _declare(lib):
         "perseus_alltoall_async": ([c_void, size_p, c_int, c_char, c_int, c_void, req_pp], c_int),
         "perseus_reducescatter_async": ([c_void, c_void, size_p, c_int, c_int, c_double, c_double,
                                          c_char, c_int, c_void, req_pp], c_int),
+        "perseus_next_shape": ([ctypes.POINTER(ctypes.c_int64), c_int], c_int),
         "perseus_poll": ([c_void], c_int),
         "perseus_wait": ([c_void], c_int),
         "perseus_output_counts": ([c_void, size_p], c_int),
@@ -215,6 +221,10 @@ def last_error():
     return text.decode("utf-8", "replace") if text else ""
 
 
+# What libperseus says of a name already in flight (engine.cc, Engine::submit).
+_IN_FLIGHT = "is already in flight on this rank"
+
+
 def error(code, what):
     """A PerseusError for a failed call: `what` (the call and the tensor), the code, and
     libperseus's own message."""
@@ -223,6 +233,8 @@ def error(code, what):
     message = "%s failed (%s)" % (what, name)
     if detail:
         message += ": " + detail
+    if code == ERROR_INVALID_ARGUMENT and _IN_FLIGHT in detail:
+        return DuplicateNameError(message, code, detail)
     return PerseusError(message, code, detail)
 
 
@@ -259,6 +271,8 @@ def _finalize_at_exit():
     try:
         if is_initialized() and lib().perseus_finalize() != 0:
             sys.stderr.write("perseus: warning: at exit: %s\n" % last_error())
+        else:
+            _release_finished_orphans(everything=True)  # finalize has ended them
     except Exception:  # noqa: BLE001 - nothing to report to at exit
         pass
 
@@ -318,6 +332,7 @@ def init_through_store(store, rank, size, bind_address):
 
 def finalize():
     check(lib().perseus_finalize(), "perseus_finalize")
+    _release_finished_orphans(everything=True)
 
 
 def is_initialized():
@@ -415,12 +430,45 @@ class Request:
 
     def __del__(self):
         try:
+            if self._handle is not None and _lib is not None and \
+                    _lib.perseus_poll(self._handle) == 0:
+                # Dropped while it runs (an async call whose handle was never synchronized):
+                # releasing would block this thread until the other ranks submit it too, maybe
+                # never. Its buffers stay alive with it until it is done.
+                with _orphans_lock:
+                    _orphans.append((self._handle, self._keep))
+                self._handle, self._keep = None, ()
+                return
             self.release()
         except Exception:  # interpreter shutdown
             pass
 
 
-def _submit(fn, what, keep, *args):
+# Requests dropped while running: (handle, buffers), released once done (at the next
+# submission, or at exit after perseus_finalize has ended them).
+_orphans = []
+_orphans_lock = threading.Lock()
+
+
+def _release_finished_orphans(everything=False):
+    if not _orphans or _lib is None:
+        return
+    with _orphans_lock:
+        keep = []
+        for handle, buffers in _orphans:
+            if everything or _lib.perseus_poll(handle) != 0:
+                _lib.perseus_release(handle)
+            else:
+                keep.append((handle, buffers))
+        _orphans[:] = keep
+
+
+def _submit(fn, what, keep, *args, shape=None):
+    _release_finished_orphans()
+    if shape is not None:
+        dims = [int(d) for d in shape]
+        check(lib().perseus_next_shape((ctypes.c_int64 * max(len(dims), 1))(*dims), len(dims)),
+              "perseus_next_shape for " + what)
     handle = ctypes.c_void_p()
     rc = fn(*args, ctypes.byref(handle))
     if rc < 0:
@@ -448,49 +496,52 @@ def _in_set(process_set, device, what):
 
 def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,
                     device=DEVICE_CPU, stream=None, what="allreduce", keep=(),
-                    process_set=GLOBAL_PROCESS_SET):
+                    process_set=GLOBAL_PROCESS_SET, shape=None):
+    """shape (optional, every *_async call): the tensor's full shape, which negotiation checks
+    against the other ranks' (perseus_next_shape)."""
     if _in_set(process_set, device, what):
         return _submit(lib().perseus_allreduce_async_in, what, keep, int(process_set), send,
-                       recv, count, dtype, op, float(prescale), float(postscale), _name(name))
+                       recv, count, dtype, op, float(prescale), float(postscale), _name(name),
+                       shape=shape)
     return _submit(lib().perseus_allreduce_async, what, keep, send, recv, count, dtype, op,
-                   float(prescale), float(postscale), _name(name), device, stream)
+                   float(prescale), float(postscale), _name(name), device, stream, shape=shape)
 
 
 def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, stream=None,
-                    what="broadcast", keep=(), process_set=GLOBAL_PROCESS_SET):
+                    what="broadcast", keep=(), process_set=GLOBAL_PROCESS_SET, shape=None):
     """root is a rank of the job (in a process set: one of its members)."""
     if _in_set(process_set, device, what):
         return _submit(lib().perseus_broadcast_async_in, what, keep, int(process_set), buf,
-                       count, dtype, root, _name(name))
+                       count, dtype, root, _name(name), shape=shape)
     return _submit(lib().perseus_broadcast_async, what, keep, buf, count, dtype, root,
-                   _name(name), device, stream)
+                   _name(name), device, stream, shape=shape)
 
 
 def allgatherv_async(send, count, dtype, name=None, device=DEVICE_CPU, stream=None,
-                     what="allgather", keep=(), process_set=GLOBAL_PROCESS_SET):
+                     what="allgather", keep=(), process_set=GLOBAL_PROCESS_SET, shape=None):
     """In a process set the result holds the members' blocks in rank order: counts(n) with n
     the set's size."""
     if _in_set(process_set, device, what):
         return _submit(lib().perseus_allgatherv_async_in, what, keep, int(process_set), send,
-                       count, dtype, _name(name))
+                       count, dtype, _name(name), shape=shape)
     return _submit(lib().perseus_allgatherv_async, what, keep, send, count, dtype, _name(name),
-                   device, stream)
+                   device, stream, shape=shape)
 
 
 def alltoall_async(send, send_counts, dtype, name=None, device=DEVICE_CPU, stream=None,
-                   what="alltoall", keep=()):
+                   what="alltoall", keep=(), shape=None):
     counts = _size_array(send_counts)
     return _submit(lib().perseus_alltoall_async, what, tuple(keep) + (counts,), send, counts,
-                   dtype, _name(name), device, stream)
+                   dtype, _name(name), device, stream, shape=shape)
 
 
 def reducescatter_async(send, recv, recv_counts, dtype, op, prescale=1.0, postscale=1.0,
                         name=None, device=DEVICE_CPU, stream=None, what="reducescatter",
-                        keep=()):
+                        keep=(), shape=None):
     counts = _size_array(recv_counts)
     return _submit(lib().perseus_reducescatter_async, what, tuple(keep) + (counts,), send, recv,
                    counts, dtype, op, float(prescale), float(postscale), _name(name), device,
-                   stream)
+                   stream, shape=shape)
 
 
 def join(device=DEVICE_CPU):

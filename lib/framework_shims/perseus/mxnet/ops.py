@@ -121,7 +121,8 @@ def _allreduce_submit(tensor, name, op, prescale_factor, postscale_factor):
     host = _to_host(tensor, what)
     request = _native.allreduce_async(host.ctypes.data, host.ctypes.data, host.size,
                                       _code(host, what), _OPS[op], prescale_factor,
-                                      postscale_factor, name, what=what, keep=(host,))
+                                      postscale_factor, name, what=what, keep=(host,),
+                                      shape=host.shape)
     return host, request
 
 
@@ -208,11 +209,14 @@ def allgather_host(host, name=None, what="allgather"):
     rest = tuple(host.shape[1:])
     row = int(np.prod(rest)) if rest else 1
     request = _native.allgatherv_async(host.ctypes.data, host.size, _code(host, what), name,
-                                       what=what, keep=(host,))
+                                       what=what, keep=(host,), shape=host.shape)
     try:
         request.wait()
         counts = request.counts(size())
         if row:
+            if any(c % row for c in counts):  # libperseus compared the shapes: never expected
+                raise PerseusError("%s: the element counts %s from the ranks are not whole rows "
+                                   "of %d elements" % (what, counts, row), _native.ERROR_INTERNAL)
             rows = [c // row for c in counts]
         else:
             rows = None
@@ -242,7 +246,8 @@ def _broadcast_host(tensor, root_rank, name):
     what = _what("broadcast from rank %s" % root_rank, name, tensor)
     host = _to_host(tensor, what)
     request = _native.broadcast_async(host.ctypes.data, host.size, _code(host, what),
-                                      int(root_rank), name, what=what, keep=(host,))
+                                      int(root_rank), name, what=what, keep=(host,),
+                                      shape=host.shape)
     _finish([request])
     return host
 
@@ -267,7 +272,7 @@ def grouped_broadcast_(tensors, root_rank, names):
         host = _to_host(t, what)
         submitted.append((t, host, _native.broadcast_async(
             host.ctypes.data, host.size, _code(host, what), int(root_rank), n, what=what,
-            keep=(host,))))
+            keep=(host,), shape=host.shape)))
     _finish([r for _, _, r in submitted])
     for t, host, _ in submitted:
         _write(t, host)
@@ -301,10 +306,14 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=None):
     rest = tuple(host.shape[1:])
     row = int(np.prod(rest)) if rest else 1
     request = _native.alltoall_async(host.ctypes.data, [s * row for s in splits],
-                                     _code(host, what), name, what=what, keep=(host,))
+                                     _code(host, what), name, what=what, keep=(host,),
+                                     shape=host.shape)
     try:
         request.wait()
         counts = request.counts(n)
+        if row and any(c % row for c in counts):  # libperseus compared the shapes
+            raise PerseusError("%s: the element counts %s from the ranks are not whole rows of "
+                               "%d elements" % (what, counts, row), _native.ERROR_INTERNAL)
         if row == 0:
             out = np.empty((0,) + rest, dtype=host.dtype)
         else:

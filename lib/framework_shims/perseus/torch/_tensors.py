@@ -6,6 +6,7 @@ from perseus import _native
 _CODES = {
     torch.uint8: _native.DTYPES["uint8"],
     torch.int8: _native.DTYPES["int8"],
+    torch.int16: _native.DTYPES["int16"],
     torch.int32: _native.DTYPES["int32"],
     torch.int64: _native.DTYPES["int64"],
     torch.float16: _native.DTYPES["float16"],

@@ -4,7 +4,7 @@ import pickle
 import torch
 
 from perseus import _native
-from perseus._native import NonFiniteError, PerseusError  # noqa: F401
+from perseus._native import DuplicateNameError, NonFiniteError, PerseusError  # noqa: F401
 from perseus.torch import _grad, _tensors
 from perseus.torch.compression import Compression
 
@@ -46,6 +46,7 @@ class ProcessSet:
         return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
 
 
+_SET_SIZES = {}  # libperseus set number -> its number of ranks
 global_process_set = ProcessSet()
 global_process_set.process_set_id = _native.GLOBAL_PROCESS_SET
 
@@ -89,6 +90,7 @@ def add_process_set(process_set):
     if process_set.process_set_id is not None:
         raise ValueError("%r was already added" % (process_set,))
     process_set.process_set_id = _native.add_process_set(process_set.ranks)
+    _SET_SIZES[process_set.process_set_id] = len(process_set.ranks)
     return process_set
 
 
@@ -203,12 +205,27 @@ def _resolve_op(op, average):
 # ---- allreduce -----------------------------------------------------------------------------
 
 def _scale_(tensor, factor):
-    """tensor *= factor in place, with torch (libperseus refuses scale factors on device memory)."""
+    """tensor *= factor in place, with torch, as Horovod scales on a GPU: floating tensors in
+    their own dtype (the factor rounded to it first, then one rounding of the product: what
+    Horovod's half-precision kernel computes), integers in float64 rounded toward zero.
+    (libperseus refuses scale factors on device memory.)"""
     if tensor.is_floating_point():
-        tensor.mul_(factor)
+        tensor.mul_(float(torch.tensor(factor, dtype=tensor.dtype)))
     else:
         tensor.copy_(tensor.double() * factor)
     return tensor
+
+
+def _device_scales(send, op, pre, post, members):
+    """(op for libperseus, whether torch scales, the postscale). As Horovod does, an Average
+    with scale factors is a Sum whose postscale is divided by the number of ranks: one
+    rounding, not two (integers: one truncation). Device memory: torch scales (libperseus
+    takes factors of 1 only there)."""
+    if pre == 1.0 and post == 1.0:
+        return op, False, post
+    if op == Average:
+        op, post = Sum, post / members
+    return op, send.is_cuda, post
 
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, label=None,
@@ -222,7 +239,8 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     input_nonfinite = check and not _grad.finite(send)
     pre, post = float(prescale_factor), float(postscale_factor)
     # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
-    device_scale = send.is_cuda and (pre != 1.0 or post != 1.0)
+    members = _native.size() if set_id == _native.GLOBAL_PROCESS_SET else _SET_SIZES[set_id]
+    op, device_scale, post = _device_scales(send, op, pre, post, members)
     if device_scale:
         if pre != 1.0:
             send = _scale_(send, pre) if output is tensor else _scale_(send.clone(), pre)
@@ -233,7 +251,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     dst = _tensors.describe(output, what)[0]
     request = _native.allreduce_async(src, dst, count, code, _OPS[op], pre_lib, post_lib, name,
                                       device, stream, what=what, keep=(send, output),
-                                      process_set=set_id)
+                                      process_set=set_id, shape=send.shape)
 
     def finish():
         if device_scale and post != 1.0:
@@ -348,7 +366,7 @@ def _allgather_async(tensor, name, with_counts=False, set_id=_native.GLOBAL_PROC
         send = send.reshape(1)
     src, count, code, device, stream = _tensors.describe(send, what, reduce=False)
     request = _native.allgatherv_async(src, count, code, name, device, stream, what=what,
-                                       keep=(send,), process_set=set_id)
+                                       keep=(send,), process_set=set_id, shape=send.shape)
     rest = tuple(send.shape[1:])
     row = 1
     for d in rest:
@@ -357,13 +375,27 @@ def _allgather_async(tensor, name, with_counts=False, set_id=_native.GLOBAL_PROC
     def finish():
         counts = request.counts(members or _native.size())
         total = sum(counts)
-        rows = [c // row if row else 0 for c in counts]
+        rows = _rows_of(counts, row, what)
         output = torch.empty((sum(rows),) + rest, dtype=send.dtype, device=send.device)
         if total:
             request.copy_output(output.data_ptr())
         return (output, rows) if with_counts else output
 
     return Handle([request], finish)
+
+
+def _rows_of(counts, row, what):
+    """Rows per rank from element counts; libperseus has checked that the other ranks' rows
+    match this one's, but the output is allocated here, so check again before copying."""
+    if row == 0:
+        if any(counts):
+            raise PerseusError("%s: other ranks sent elements for rows of 0 elements (counts %s)"
+                               % (what, counts), _native.ERROR_INTERNAL)
+        return [0] * len(counts)
+    if any(c % row for c in counts):
+        raise PerseusError("%s: the element counts %s from the ranks are not whole rows of %d "
+                           "elements" % (what, counts, row), _native.ERROR_INTERNAL)
+    return [c // row for c in counts]
 
 
 def _allgather_in(tensor, name, process_set, with_counts=False):
@@ -386,8 +418,9 @@ class _Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # As Horovod: the average over the ranks of the gradients of the gathered tensor.
         ps = ctx.process_set if ctx.process_set is not None else global_process_set
-        reduced = allreduce(grad.contiguous(), op=Sum, process_set=ps)
+        reduced = allreduce(grad.contiguous(), op=Average, process_set=ps)
         me = ps.rank()
         start = sum(ctx.rows[:me])
         return reduced.narrow(0, start, ctx.rows[me]).reshape(ctx.shape), None, None
@@ -420,7 +453,8 @@ def _broadcast_async(tensor, output, root_rank, name, set_id=_native.GLOBAL_PROC
         output.copy_(tensor)
     buf, count, code, device, stream = _tensors.describe(output, what, reduce=False)
     request = _native.broadcast_async(buf, count, code, int(root_rank), name, device, stream,
-                                      what=what, keep=(output,), process_set=set_id)
+                                      what=what, keep=(output,), process_set=set_id,
+                                      shape=output.shape)
     return Handle([request], lambda: output)
 
 
@@ -444,7 +478,8 @@ class _Broadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        reduced = allreduce(grad.contiguous(), op=Sum, process_set=ctx.process_set)
+        # As Horovod: the root gets the average over the ranks of the gradients, the others 0.
+        reduced = allreduce(grad.contiguous(), op=Average, process_set=ctx.process_set)
         if _native.rank() != ctx.root_rank:
             reduced = reduced * 0
         return reduced, None, None, None
@@ -494,11 +529,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         row *= d
     src, _, code, device, stream = _tensors.describe(send, what, reduce=False)
     request = _native.alltoall_async(src, [s * row for s in split_rows], code, name, device,
-                                     stream, what=what, keep=(send,))
+                                     stream, what=what, keep=(send,), shape=send.shape)
 
     def finish():
         counts = request.counts(n)
-        rows = [c // row if row else 0 for c in counts]
+        rows = _rows_of(counts, row, what)
         output = torch.empty((sum(rows),) + rest, dtype=send.dtype, device=send.device)
         if sum(counts):
             request.copy_output(output.data_ptr())
@@ -553,7 +588,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     output = torch.empty((rows[me],) + rest, dtype=send.dtype, device=send.device)
     pre, post = float(prescale_factor), float(postscale_factor)
     # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
-    device_scale = send.is_cuda and (pre != 1.0 or post != 1.0)
+    op, device_scale, post = _device_scales(send, op, pre, post, n)
     if device_scale:
         if pre != 1.0:
             send = _scale_(send.clone(), pre)
@@ -563,7 +598,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     src, _, code, device, stream = _tensors.describe(send, what)
     request = _native.reducescatter_async(src, output.data_ptr(), [r * row for r in rows], code,
                                           _OPS[op], pre, post_lib, name,
-                                          device, stream, what=what, keep=(send, output))
+                                          device, stream, what=what, keep=(send, output),
+                                          shape=send.shape)
 
     def finish():
         if device_scale and post != 1.0:
@@ -625,8 +661,10 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     _check_process_set(process_set, "allgather_object")
     data = pickle.dumps(obj)
     tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    # As Horovod: named after the object's type by default, so that the ranks' calls match
+    # even when their unnamed operations have not been counted alike.
     output, rows = synchronize(_allgather_async(
-        tensor, "allgather_object.%s" % name if name else None, with_counts=True))
+        tensor, "allgather_object.%s" % (name or type(obj).__name__), with_counts=True))
     raw = output.numpy().tobytes()
     objects, offset = [], 0
     for r in rows:
