@@ -14,8 +14,6 @@
 #include <memory>
 #include <optional>
 
-#include <spdlog/spdlog.h>
-
 #include "lib/launch/agent_protocol.h"
 #include "lib/launch/errors.h"
 #include "lib/launch/frame_channel.h"
@@ -207,7 +205,8 @@ void Agent::write_secret() {
 // before the first rank, so that no rank runs unguarded.
 void Agent::start_guard() {
   GuardPlan plan;
-  if (job_cgroup_wanted()) {
+  const CgroupChoice choice = job_cgroup_choice();
+  if (choice != CgroupChoice::kOff) {
     plan.cgroup_name = "perseus-" + job_.job_id + "-" + std::to_string(getpid());
   }
   if (secret_) {
@@ -215,9 +214,11 @@ void Agent::start_guard() {
     plan.folders.push_back(secret_->folder());
   }
   guard_ = std::make_unique<JobGuard>(plan);
-  if (!guard_->cgroup_problem().empty()) {
-    spdlog::debug("no job cgroup ({}): a killed agent's leftovers are found by the guard's scans",
-                  guard_->cgroup_problem());
+  if (choice == CgroupChoice::kRequired && !guard_->cgroup()) {
+    throw LaunchError("PERSEUS_AGENT_CGROUP=1 on " + local_hostname() +
+                          " but no job cgroup could be made: " + guard_->cgroup_problem() +
+                          "; unset it to run without one where none can be made",
+                      kExitLaunchFailure);
   }
 }
 

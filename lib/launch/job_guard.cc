@@ -139,12 +139,14 @@ void wait_for_agent(int lifeline, pid_t agent, SeenProcesses *seen) {
 
 }  // namespace
 
-bool job_cgroup_wanted() {
+CgroupChoice job_cgroup_choice() {
   const char *value = getenv("PERSEUS_AGENT_CGROUP");
-  if (!value || !*value || std::strcmp(value, "1") == 0) return true;
-  if (std::strcmp(value, "0") == 0) return false;
+  if (!value || !*value) return CgroupChoice::kAuto;
+  if (std::strcmp(value, "1") == 0) return CgroupChoice::kRequired;
+  if (std::strcmp(value, "0") == 0) return CgroupChoice::kOff;
   throw InputError(std::string("PERSEUS_AGENT_CGROUP=") + value + " on " + local_hostname() +
-                   ": expected 1 (a cgroup per job, the default) or 0 (none)");
+                   ": expected 1 (a cgroup per job, or an error), 0 (none) or nothing (a "
+                   "cgroup where possible)");
 }
 
 JobGuard::JobGuard(const GuardPlan &plan) {

@@ -60,7 +60,9 @@ class JobGuard {
   std::string cgroup_problem_;
 };
 
-// Whether the agent makes a job cgroup: PERSEUS_AGENT_CGROUP unset or 1; 0 turns it off.
-bool job_cgroup_wanted();
+// PERSEUS_AGENT_CGROUP: unset or empty: a job cgroup where possible (kAuto); 1: a job cgroup or
+// an error (kRequired); 0: none (kOff). Throws InputError naming any other value.
+enum class CgroupChoice { kAuto, kRequired, kOff };
+CgroupChoice job_cgroup_choice();
 
 }  // namespace perseus::launch
