@@ -150,12 +150,15 @@ def kill_and_check(launcher, p, agent, extra_leftovers=lambda: {}):
                                      % launcher.marked())
     assert extra_leftovers() == {}, "10 s after SIGKILL of the agent: %s" % extra_leftovers()
     res = launcher.finish(p)
+    ended = time.monotonic() - t0
     assert res.rc != 0, "a job whose agent was killed exited 0\n%s" % res
+    assert ended < 10, "perseusrun took %.1f s to end a job whose agent died\n%s" % (ended, res)
     # The guard (it inherited the marker in its environment locally) is gone too.
     left = launcher.wait_gone(5, ("cmdline", "environ"))
     assert left == {}, "after perseusrun exited: %s" % left
     assert job_leftovers(launcher) == [], "left behind: %s" % job_leftovers(launcher)
-    print("all of the job gone %.2f s after SIGKILL of the agent" % took)
+    print("all of the job gone %.2f s, perseusrun exited (%d) %.2f s after SIGKILL of the agent"
+          % (took, res.rc, ended))
     return res
 
 
