@@ -19,6 +19,8 @@
 #include "lib/launch/frame_channel.h"
 #include "lib/launch/gpu_probe.h"
 #include "lib/launch/host_check.h"
+#include "lib/launch/job_cgroup.h"
+#include "lib/launch/job_guard.h"
 #include "lib/launch/local_host.h"
 #include "lib/launch/process_tree.h"
 #include "lib/launch/rank_process.h"
@@ -98,6 +100,9 @@ class Agent {
  private:
   bool receive_job();
   void write_secret();
+  void start_guard();
+  void check_in_cgroup(const Rank &rank);
+  pid_t guard_pid() const { return guard_ ? guard_->pid() : 0; }
   void start_ranks();
   void loop();
   void poll_once();
@@ -120,6 +125,7 @@ class Agent {
   JobDescription job_;
   std::vector<Frame> early_frames_;
   std::unique_ptr<SecretFile> secret_;
+  std::unique_ptr<JobGuard> guard_;  // destroyed first: it removes the secret file too
   std::vector<Rank> ranks_;
   bool launcher_gone_ = false;
   bool terminating_ = false;
@@ -142,6 +148,7 @@ int Agent::run() {
   if (!receive_job()) return kExitLaunchFailure;
   try {
     write_secret();
+    start_guard();
     start_ranks();
   } catch (const InputError &error) {
     fail(error.what(), kExitUsage);
@@ -150,6 +157,7 @@ int Agent::run() {
   }
   handle_frames(early_frames_);
   loop();
+  guard_.reset();  // every process has ended: the guard removes the cgroup and the files
   if (!launcher_gone_) {
     channel_.send(FrameType::kDone, "");
     while (channel_.wants_write() && channel_.flush()) {
@@ -193,6 +201,37 @@ void Agent::write_secret() {
   if (!job_.secret.empty()) secret_ = std::make_unique<SecretFile>(job_.job_id, job_.secret);
 }
 
+// The guard ends what is left of the job on this host if the agent dies (job_guard.h). Started
+// before the first rank, so that no rank runs unguarded.
+void Agent::start_guard() {
+  GuardPlan plan;
+  const CgroupChoice choice = job_cgroup_choice();
+  if (choice != CgroupChoice::kOff) {
+    plan.cgroup_name = "perseus-" + job_.job_id + "-" + std::to_string(getpid());
+  }
+  if (secret_) {
+    plan.files.push_back(secret_->path());
+    plan.folders.push_back(secret_->folder());
+  }
+  guard_ = std::make_unique<JobGuard>(plan);
+  if (choice == CgroupChoice::kRequired && !guard_->cgroup()) {
+    throw LaunchError("PERSEUS_AGENT_CGROUP=1 on " + local_hostname() +
+                          " but no job cgroup could be made: " + guard_->cgroup_problem() +
+                          "; unset it to run without one where none can be made",
+                      kExitLaunchFailure);
+  }
+}
+
+// A rank that could not join the cgroup is not ended by the guard: say so.
+void Agent::check_in_cgroup(const Rank &rank) {
+  if (!guard_->cgroup() || in_cgroup(rank.process.pid, *guard_->cgroup())) return;
+  fprintf(stderr,
+          "perseusrun agent on %s: warning: rank %d (pid %d) is not in the job's cgroup %s: if "
+          "the agent is killed, processes that rank starts may be left running\n",
+          local_hostname().c_str(), rank.rank, static_cast<int>(rank.process.pid),
+          guard_->cgroup()->c_str());
+}
+
 void Agent::start_ranks() {
   check_no_nul(job_.argv, "an argument of the program");
   if (job_.argv.empty()) throw InputError("no program to run");
@@ -205,11 +244,13 @@ void Agent::start_ranks() {
     command.argv = job_.argv;
     command.working_directory = job_.working_directory;
     command.gets_stdin = launch.rank == job_.stdin_rank;
+    command.cgroup_procs_fd = guard_->cgroup_procs_fd();
     command.program = resolve_program(job_.argv[0], variable(command.environment, "PATH"),
                                       job_.working_directory, job_.host_label);
     Rank rank;
     rank.rank = launch.rank;
     rank.process = start_rank(command);
+    check_in_cgroup(rank);
     set_nonblocking(rank.process.stdout_pipe.get());
     set_nonblocking(rank.process.stderr_pipe.get());
     if (rank.process.stdin_pipe.valid()) set_nonblocking(rank.process.stdin_pipe.get());
@@ -347,13 +388,13 @@ void Agent::terminate(double grace_seconds) {
   }
   terminating_ = true;
   kill_at_ms_ = deadline;
-  signal_descendants(getpid(), SIGTERM);
+  signal_descendants(getpid(), SIGTERM, guard_pid());
 }
 
 void Agent::tick() {
   const long long now = monotonic_ms();
   if (terminating_ && now >= kill_at_ms_ && now >= next_scan_ms_) {
-    signal_descendants(getpid(), SIGKILL);
+    signal_descendants(getpid(), SIGKILL, guard_pid());
     next_scan_ms_ = now + kRescanMs;
   }
   reap_children();
@@ -366,7 +407,7 @@ bool Agent::finished() {
   const long long now = monotonic_ms();
   if (now < next_check_ms_) return false;
   next_check_ms_ = now + kRescanMs;
-  if (!descendants_of(getpid()).empty()) {
+  if (!descendants_of(getpid(), guard_pid()).empty()) {
     terminate(job_.kill_grace_seconds);  // leftovers of ranks that ended
     return false;
   }

@@ -6,6 +6,10 @@
 //  - Every process of the job on this host is a descendant of the agent (it is a child
 //    subreaper), and none is left when the agent exits: leftovers of ranks that exited get
 //    SIGTERM, then SIGKILL after the job's grace.
+//  - When the agent itself is killed, its job guard (job_guard.h) ends what is left: the
+//    ranks die with the agent (PDEATHSIG), the guard kills the job cgroup, or without one
+//    what its scans saw below the agent. The guard is the agent's child but not part of the
+//    job: the sweeps above leave it out, and the agent waits for it before it exits.
 //  - When the launcher goes away (end of stdin: it died, or the SSH session dropped) or the
 //    agent gets SIGTERM/SIGINT/SIGHUP, it ends every rank within a few seconds.
 //  - A rank's Exited message follows all the output the rank wrote before it exited.

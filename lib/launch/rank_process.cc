@@ -42,6 +42,9 @@ std::string absolute(const std::string &path, const std::string &working_directo
 [[noreturn]] void exec_child(const RankCommand &command, char *const *argv, char *const *envp,
                              int stdin_fd, int stdout_fd, int stderr_fd, int status_fd,
                              pid_t agent) {
+  // Best effort: a rank that cannot join is still tracked while the agent lives; the agent
+  // checks and says so (Agent::check_in_cgroup).
+  if (command.cgroup_procs_fd >= 0) (void)!write(command.cgroup_procs_fd, "0", 1);
   setpgid(0, 0);
   // The agent kills its ranks itself; this covers the agent being SIGKILLed.
   prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -17,6 +17,9 @@ struct RankCommand {
   std::vector<std::string> environment;  // "NAME=value"
   std::string working_directory;
   bool gets_stdin = false;  // false: stdin is /dev/null
+  // The job cgroup's cgroup.procs, open for writing (job_guard.h): the rank joins it before
+  // exec, so that everything it starts is in it too. -1: none.
+  int cgroup_procs_fd = -1;
 };
 
 struct RankProcess {

@@ -21,6 +21,7 @@ class SecretFile {
   SecretFile &operator=(const SecretFile &) = delete;
 
   const std::string &path() const { return path_; }
+  const std::string &folder() const { return folder_; }
 
  private:
   std::string folder_;

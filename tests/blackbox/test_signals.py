@@ -66,10 +66,16 @@ def test_sigkill_of_perseusrun_ranks_gone(launcher):
     assert left == {}, "10 s after SIGKILL of perseusrun these are still alive: %s" % left
 
 
+SPAWN_NEW_GROUP = ("    subprocess.Popen([sys.executable, '-c', SLEEPER, OUT, MARK, 'pgid'],\n"
+                   "                     process_group=0, stdin=subprocess.DEVNULL)\n")
+
+
 def test_sigkill_of_perseusrun_detached_children_gone(launcher):
-    """Same, with a setsid'd grandchild and a double-forked daemon."""
-    p = start_sleeping_job(launcher, SPAWN_ALL + "    wait_count('alive.', 3)\n", handlers=False)
-    launcher.wait_files("alive.", 3, proc=p)
+    """Same, with a setsid'd grandchild, a double-forked daemon and a child in a process group
+    of its own."""
+    p = start_sleeping_job(launcher, SPAWN_ALL + SPAWN_NEW_GROUP + "    wait_count('alive.', 4)\n",
+                           handlers=False)
+    launcher.wait_files("alive.", 4, proc=p)
     p.kill()
     p.wait(10)
     left = launcher.wait_gone(10)

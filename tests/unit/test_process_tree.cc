@@ -200,6 +200,51 @@ TEST_CASE("signal_descendants kills the grandchild and only it") {
   CHECK(signal_descendants(family.child(), SIGKILL) == 0);
 }
 
+TEST_CASE("descendants_of and signal_descendants leave out the skipped subtree") {
+  ProcessFamily family;
+  Sleeper sleeper;
+  REQUIRE(family.grandchild() > 0);
+  const std::vector<pid_t> mine = descendants_of(::getpid(), family.child());
+  CHECK_FALSE(contains(mine, family.child()));
+  CHECK_FALSE(contains(mine, family.grandchild()));
+  CHECK(contains(mine, sleeper.pid()));
+  CHECK(signal_descendants(::getpid(), 0, family.child()) == static_cast<int>(mine.size()));
+}
+
+TEST_CASE("descendants_of_any finds what is below any root") {
+  ProcessFamily family;
+  Sleeper sleeper;
+  REQUIRE(family.grandchild() > 0);
+  std::vector<pid_t> below = descendants_of_any({family.child(), sleeper.pid()});
+  CHECK(below == std::vector<pid_t>{family.grandchild()});
+  CHECK(descendants_of_any({}).empty());
+}
+
+TEST_CASE("parse_stat_start_time reads field 22") {
+  const std::string stat =
+      "4242 (py thon) R 4100 4242 4100 34816 4242 4194304 2101 0 0 0 3 1 0 0 20 0 1 0 "
+      "123456 27000832 2478 18446744073709551615\n";
+  CHECK(parse_stat_start_time(stat) == std::optional<unsigned long long>(123456));
+  CHECK(parse_stat_start_time("1 (x) S 0 1 1 0 -1 4 5 6 7 8 9 10 11 12 13 14 15 16 99") ==
+        std::optional<unsigned long long>(99));
+  for (const std::string bad : {"", "1 (x) S 0 1",
+                                "1 (x) S 0 1 1 0 -1 4 5 6 7 8 9 10 11 12 13 "
+                                "14 15 16 abc 1"}) {
+    CAPTURE(bad);
+    CHECK(parse_stat_start_time(bad) == std::nullopt);
+  }
+}
+
+TEST_CASE("start_time_of names a live process, not a reaped one") {
+  const auto own = start_time_of(::getpid());
+  REQUIRE(own.has_value());
+  Sleeper sleeper;
+  const auto child = start_time_of(sleeper.pid());
+  REQUIRE(child.has_value());
+  CHECK(*child >= *own);
+  CHECK(start_time_of(0x7ffffff0) == std::nullopt);
+}
+
 TEST_CASE("a process without children has no descendants") {
   CHECK(descendants_of(0x7ffffff0).empty());
   CHECK(signal_descendants(0x7ffffff0, 0) == 0);
