@@ -87,6 +87,12 @@ std::string signal_name(int signal) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
 }
 
+// `text` without a leading "host HOST: ", for messages that name the host already.
+std::string without_host(const std::string &text, const std::string &host) {
+  const std::string prefix = "host " + host + ": ";
+  return text.compare(0, prefix.size(), prefix) == 0 ? text.substr(prefix.size()) : text;
+}
+
 class Launcher {
  public:
   explicit Launcher(const LaunchConfig &config) : config_(config) {}
@@ -540,7 +546,8 @@ void Launcher::publish_lost_ranks(const Agent &agent, const std::string &why) {
       continue;
     }
     const std::string note = "rank " + std::to_string(place.rank) + " was lost with host " +
-                             agent.link->host() + " (" + why + ")";
+                             agent.link->host() + " (" + without_host(why, agent.link->host()) +
+                             ")";
     rendezvous_->publish("perseus/exit/" + std::to_string(place.rank), note);
     if (!first_exit_published_) {
       rendezvous_->publish("perseus/exit/first", note);

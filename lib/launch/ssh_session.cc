@@ -25,7 +25,6 @@ namespace {
 
 constexpr int kKeepaliveSeconds = 10;
 constexpr size_t kRelayChunk = 64 * 1024;
-constexpr int kStoppedCloseMs = 500;
 // libssh2 1.10 signs with RSA keys only as ssh-rsa (SHA-1), which OpenSSH 8.8 and later refuse.
 constexpr const char *kRsaNote =
     ". RSA keys need libssh2 1.11 or later (this perseusrun has " LIBSSH2_VERSION
@@ -200,11 +199,28 @@ void ChannelRelay::keepalive() {
   check(libssh2_keepalive_send(session_, &next), "sending an SSH keepalive");
 }
 
+// What a libssh2 failure on an established connection means, for the user.
+std::string connection_failure(ssize_t code) {
+  switch (code) {
+    case LIBSSH2_ERROR_SOCKET_RECV:
+    case LIBSSH2_ERROR_SOCKET_DISCONNECT:
+      return "the host closed or reset the connection";
+    case LIBSSH2_ERROR_SOCKET_SEND:
+      return "cannot send to the host";
+    case LIBSSH2_ERROR_TIMEOUT:
+    case LIBSSH2_ERROR_SOCKET_TIMEOUT:
+      return "the host stopped answering";
+    default:
+      return "the SSH session failed";
+  }
+}
+
 bool ChannelRelay::check(ssize_t result, const char *what) {
   if (result > 0) return true;
   if (result < 0 && result != LIBSSH2_ERROR_EAGAIN && lost_.empty()) {
-    lost_ = std::string("the SSH connection was lost (") + what + ": " + session_error(session_) +
-            ", libssh2 error " + std::to_string(result) + ")";
+    lost_ = "the SSH connection was lost while " + std::string(what) + ": " +
+            connection_failure(result) + " (libssh2 error " + std::to_string(result) + ": " +
+            session_error(session_) + ")";
   }
   return false;
 }
@@ -385,15 +401,17 @@ std::string SshSession::relay(const std::string &command, int relay, int stderr_
   libssh2_session_set_blocking(session_, 0);
   ChannelRelay link(session_, channel, socket_.get(), relay, stderr_fd);
   while (!stop && link.step()) link.wait();
-  // A lost connection has nothing left to close; the session's deleter frees the channel.
+  // A lost connection has nothing left to close, and a stopped one (the launcher gave up on
+  // the host, which may not answer at all) is not waited for: the session's deleter
+  // disconnects and frees the channel, and the agent ends when its input does.
   if (!link.lost().empty()) return link.lost();
+  if (stop) return "";
   libssh2_session_set_blocking(session_, 1);
-  // Stopped: the host may not answer at all (a lost host), so do not wait long for it.
-  libssh2_session_set_timeout(session_, stop ? kStoppedCloseMs : 2000);
+  libssh2_session_set_timeout(session_, 2000);
   libssh2_channel_close(channel);
   const int status = libssh2_channel_get_exit_status(channel);
   libssh2_channel_free(channel);
-  if (link.said_anything() || stop) return "";
+  if (link.said_anything()) return "";
   const std::string &first_stderr = link.first_stderr();
   const std::string line = first_stderr.substr(0, first_stderr.find('\n'));
   return "'" + command + "' exited with status " + std::to_string(status) +
