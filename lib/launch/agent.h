@@ -6,8 +6,9 @@
 //  - Every process of the job on this host is a descendant of the agent (it is a child
 //    subreaper), and none is left when the agent exits: leftovers of ranks that exited get
 //    SIGTERM, then SIGKILL after the job's grace.
-//  - When the launcher goes away (end of stdin: it died, or the SSH session dropped) or the
-//    agent gets SIGTERM/SIGINT/SIGHUP, it ends every rank within a few seconds.
+//  - When the launcher goes away (end of stdin: it died, or the SSH session dropped), sends
+//    nothing for the job's heartbeat timeout (heartbeat.h: its host or the network is down),
+//    or the agent gets SIGTERM/SIGINT/SIGHUP, it ends every rank within a few seconds.
 //  - A rank's Exited message follows all the output the rank wrote before it exited.
 //
 // Threading: one thread, one poll loop.
