@@ -25,8 +25,9 @@ struct LaunchConfig {
   std::string output_directory;
   double kill_grace_seconds = 5;
   double timeout_seconds = 0;  // 0: none
-  double heartbeat_timeout_seconds = 10;  // --heartbeat-timeout (heartbeat.h)
   int master_port = 0;         // 0: pick a free one
+  // --heartbeat-timeout (heartbeat.h)
+  double heartbeat_timeout_seconds = 10;
   std::string working_directory;
   bool display_map = false;
   bool verbose = false;
