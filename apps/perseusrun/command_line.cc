@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "lib/launch/errors.h"
+#include "lib/launch/heartbeat.h"
 #include "lib/launch/host_syntax.h"
 #include "perseus/config.h"
 
@@ -53,6 +54,7 @@ struct RawOptions {
               address, interface;
   bool ssh_accept_new = false, check = false, json = false, no_preflight = false;
   std::string gpu_busy_threshold;
+  std::string heartbeat_timeout = "10";
   bool oversubscribe = false, display_map = false, verbose = false, help = false, version = false,
        ignored = false;
 };
@@ -74,6 +76,8 @@ void add_options(CLI::App &app, RawOptions &raw) {
                  "Also write each rank's output to DIR/1/rank.N/{stdout,stderr}");
   app.add_option("--kill-grace", raw.kill_grace, "Seconds from SIGTERM to SIGKILL (default 5)");
   app.add_option("--timeout", raw.timeout, "End the whole job after SECONDS (exit code 124)");
+  app.add_option("--heartbeat-timeout", raw.heartbeat_timeout,
+                 "Seconds of silence after which a host or the launcher is lost (default 10)");
   app.add_option("--master-port", raw.master_port, "MASTER_PORT (default: a free port)");
   app.add_option("--wdir,--cwd", raw.working_directory, "Working directory of the ranks");
   app.add_flag("--display-map", raw.display_map, "Print where each rank runs");
@@ -200,6 +204,12 @@ double to_seconds(const std::string &value, const std::string &flag) {
   return seconds;
 }
 
+double to_heartbeat_timeout(const std::string &value) {
+  const double seconds = to_seconds(value, "--heartbeat-timeout");
+  launch::heartbeat_timing(seconds, "--heartbeat-timeout '" + value + "'");
+  return seconds;
+}
+
 template <typename Enum>
 Enum to_choice(const std::string &value, const std::string &flag,
                const std::vector<std::pair<std::string, Enum>> &choices) {
@@ -240,6 +250,7 @@ launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> c
   config.output_directory = raw.output_directory;
   config.kill_grace_seconds = to_seconds(raw.kill_grace, "--kill-grace");
   if (!raw.timeout.empty()) config.timeout_seconds = to_seconds(raw.timeout, "--timeout");
+  config.heartbeat_timeout_seconds = to_heartbeat_timeout(raw.heartbeat_timeout);
   if (!raw.master_port.empty()) {
     config.master_port = to_int(raw.master_port, "--master-port", 1, "a port from 1 to 65535");
     if (config.master_port > 65535) {

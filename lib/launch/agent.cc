@@ -18,6 +18,7 @@
 #include "lib/launch/errors.h"
 #include "lib/launch/frame_channel.h"
 #include "lib/launch/gpu_probe.h"
+#include "lib/launch/heartbeat.h"
 #include "lib/launch/host_check.h"
 #include "lib/launch/job_cgroup.h"
 #include "lib/launch/job_guard.h"
@@ -115,6 +116,8 @@ class Agent {
   void write_stdin(Rank &rank);
   void terminate(double grace_seconds);
   void tick();
+  void start_heartbeat();
+  void watch_launcher();
   bool finished();
   void fail(const std::string &message, int exit_code);
   Rank *find_rank(pid_t pid);
@@ -127,6 +130,7 @@ class Agent {
   std::unique_ptr<SecretFile> secret_;
   std::unique_ptr<JobGuard> guard_;  // destroyed first: it removes the secret file too
   std::vector<Rank> ranks_;
+  Heartbeat heartbeat_;  // the launcher's, once the job runs
   bool launcher_gone_ = false;
   bool terminating_ = false;
   long long kill_at_ms_ = 0;
@@ -147,6 +151,7 @@ int Agent::run() {
   channel_.send(FrameType::kHello, encode(hello));
   if (!receive_job()) return kExitLaunchFailure;
   try {
+    start_heartbeat();
     write_secret();
     start_guard();
     start_ranks();
@@ -268,6 +273,7 @@ void Agent::loop() {
   while (!finished()) {
     poll_once();
     tick();
+    watch_launcher();
   }
 }
 
@@ -283,8 +289,10 @@ void Agent::poll_once() {
     const bool pending_input = !rank.stdin_buffer.empty() || rank.stdin_eof;
     fds.push_back({pending_input ? rank.process.stdin_pipe.get() : -1, POLLOUT, 0});
   }
-  const int timeout = terminating_ || ranks_.empty() ? static_cast<int>(kRescanMs) : 1000;
-  if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) throw_system_error("poll", "");
+  long long timeout = terminating_ || ranks_.empty() ? kRescanMs : 1000;
+  if (!launcher_gone_) timeout = std::min(timeout, heartbeat_.wait_ms(monotonic_ms()));
+  if (poll(fds.data(), fds.size(), static_cast<int>(timeout)) < 0 && errno != EINTR)
+    throw_system_error("poll", "");
   if (fds[0].revents) handle_signals();
   if (fds[1].revents) read_frames();
   if (fds[2].revents && !channel_.flush()) launcher_gone_ = true;
@@ -301,6 +309,7 @@ void Agent::poll_once() {
 void Agent::read_frames() {
   std::vector<Frame> frames;
   if (!channel_.read_available(frames)) launcher_gone_ = true;
+  if (!frames.empty()) heartbeat_.heard(monotonic_ms());
   handle_frames(frames);
 }
 
@@ -398,6 +407,28 @@ void Agent::tick() {
     next_scan_ms_ = now + kRescanMs;
   }
   reap_children();
+}
+
+void Agent::start_heartbeat() {
+  heartbeat_ =
+      Heartbeat(heartbeat_timing(job_.heartbeat_timeout_seconds, "the job's heartbeat timeout"),
+                monotonic_ms());
+}
+
+// Sends the agent's heartbeat, and ends the ranks when the launcher has been silent for the
+// heartbeat timeout: it died without its connection closing, its host or the network to it went
+// down, or it is stopped. No rank may outlive a lost launcher.
+void Agent::watch_launcher() {
+  if (launcher_gone_) return;
+  const long long now = monotonic_ms();
+  if (heartbeat_.send_due(now)) channel_.send(FrameType::kHeartbeat, "");
+  if (!heartbeat_.lost(now)) return;
+  fprintf(stderr,
+          "perseusrun agent on %s: error: no message from the launcher for %lld s "
+          "(--heartbeat-timeout); ending this host's ranks\n",
+          job_.host_label.c_str(), heartbeat_.silence_ms(now) / 1000);
+  launcher_gone_ = true;
+  terminate(std::min(job_.kill_grace_seconds, kLostLauncherGrace));
 }
 
 bool Agent::finished() {

@@ -10,8 +10,9 @@
 //    ranks die with the agent (PDEATHSIG), the guard kills the job cgroup, or without one
 //    what its scans saw below the agent. The guard is the agent's child but not part of the
 //    job: the sweeps above leave it out, and the agent waits for it before it exits.
-//  - When the launcher goes away (end of stdin: it died, or the SSH session dropped) or the
-//    agent gets SIGTERM/SIGINT/SIGHUP, it ends every rank within a few seconds.
+//  - When the launcher goes away (end of stdin: it died, or the SSH session dropped), sends
+//    nothing for the job's heartbeat timeout (heartbeat.h: its host or the network is down),
+//    or the agent gets SIGTERM/SIGINT/SIGHUP, it ends every rank within a few seconds.
 //  - A rank's Exited message follows all the output the rank wrote before it exited.
 //
 // Threading: one thread, one poll loop.

@@ -92,6 +92,7 @@ std::string encode(const JobDescription &m) {
                      {"cwd", as_bytes(m.working_directory)},
                      {"stdin_rank", m.stdin_rank},
                      {"kill_grace", m.kill_grace_seconds},
+                     {"heartbeat_timeout", m.heartbeat_timeout_seconds},
                      {"secret", as_bytes(m.secret)},
                      {"ranks", ranks}});
 }
@@ -105,6 +106,7 @@ JobDescription decode_job(const std::string &payload, const std::string &peer) {
     m.working_directory = from_bytes(j.at("cwd"));
     m.stdin_rank = j.at("stdin_rank").get<int>();
     m.kill_grace_seconds = j.at("kill_grace").get<double>();
+    m.heartbeat_timeout_seconds = j.at("heartbeat_timeout").get<double>();
     m.secret = from_bytes(j.at("secret"));
     for (const auto &rank : j.at("ranks")) {
       m.ranks.push_back(RankLaunch{rank.at("rank").get<int>(), decode_environment(rank.at("env"))});

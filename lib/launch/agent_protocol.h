@@ -6,6 +6,7 @@
 //            <------------------------  Job          ranks of this host, argv, environment
 //     Started, Output, Exited ------->     as they happen; Stdin/StdinEof/StdinAck for rank 0
 //            <------------------------  Terminate    on failure, signal or timeout
+//     Heartbeat <-------------------->     both ways while the job runs (heartbeat.h)
 //     Done   ------------------------>     every process of the job on this host has ended
 //
 // Structured messages are CBOR maps; strings that must arrive byte for byte (argv, the
@@ -20,7 +21,7 @@
 
 namespace perseus::launch {
 
-inline constexpr int kProtocolVersion = 1;
+inline constexpr int kProtocolVersion = 2;
 
 struct Hello {
   std::string version;  // PERSEUS_VERSION of the agent
@@ -51,6 +52,7 @@ struct JobDescription {
   // or an environment variable.
   std::string secret;
   std::vector<RankLaunch> ranks;
+  double heartbeat_timeout_seconds = 10;  // a launcher silent this long is lost (heartbeat.h)
 };
 
 struct RankStarted {

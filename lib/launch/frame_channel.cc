@@ -20,7 +20,7 @@ uint32_t decode_length(const std::string &buffer) {
 
 bool known_type(uint8_t type) {
   return type >= static_cast<uint8_t>(FrameType::kHello) &&
-         type <= static_cast<uint8_t>(FrameType::kCheckReport);
+         type <= static_cast<uint8_t>(FrameType::kHeartbeat);
 }
 
 }  // namespace

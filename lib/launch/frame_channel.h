@@ -30,6 +30,7 @@ enum class FrameType : uint8_t {
   kDone = 11,         // agent -> launcher: every process ended and all output sent
   kCheck = 12,        // launcher -> agent: look at GPUs and ports (host_check.h), before a Job
   kCheckReport = 13,  // agent -> launcher: what it found
+  kHeartbeat = 14,    // both ways, empty, every heartbeat interval once the job runs (heartbeat.h)
 };
 
 struct Frame {

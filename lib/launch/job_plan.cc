@@ -26,6 +26,7 @@ JobDescription describe_host(const LaunchConfig &config, const JobPlan &plan, si
   job.argv = config.command;
   job.working_directory = config.working_directory;
   job.kill_grace_seconds = config.kill_grace_seconds;
+  job.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;
   job.secret = facts.secret;
   std::vector<int> local_ranks;
   for (const RankPlace &place : plan.placement.ranks) {

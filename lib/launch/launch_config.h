@@ -26,6 +26,8 @@ struct LaunchConfig {
   double kill_grace_seconds = 5;
   double timeout_seconds = 0;  // 0: none
   int master_port = 0;         // 0: pick a free one
+  // --heartbeat-timeout (heartbeat.h)
+  double heartbeat_timeout_seconds = 10;
   std::string working_directory;
   bool display_map = false;
   bool verbose = false;

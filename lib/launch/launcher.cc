@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -20,6 +21,7 @@
 #include "lib/launch/agent_link.h"
 #include "lib/launch/check_report.h"
 #include "lib/launch/errors.h"
+#include "lib/launch/heartbeat.h"
 #include "lib/launch/host_check.h"
 #include "lib/launch/host_list_parser.h"
 #include "lib/launch/hostfile_parser.h"
@@ -85,6 +87,12 @@ std::string signal_name(int signal) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
 }
 
+// `text` without a leading "host HOST: ", for messages that name the host already.
+std::string without_host(const std::string &text, const std::string &host) {
+  const std::string prefix = "host " + host + ": ";
+  return text.compare(0, prefix.size(), prefix) == 0 ? text.substr(prefix.size()) : text;
+}
+
 class Launcher {
  public:
   explicit Launcher(const LaunchConfig &config) : config_(config) {}
@@ -95,6 +103,7 @@ class Launcher {
     std::unique_ptr<AgentLink> link;
     std::optional<Hello> hello;
     bool done = false;
+    Heartbeat heartbeat;  // the agent's, while the job runs
   };
 
   void start_agents(const std::vector<HostSpec> &mentions);
@@ -110,6 +119,10 @@ class Launcher {
   void handle_frame(Agent &agent, const Frame &frame);
   void rank_exited(const Agent &agent, const RankExited &exited);
   void agent_ended(Agent &agent);
+  void start_heartbeats();
+  void watch_agents();
+  void agent_lost(Agent &agent);
+  void publish_lost_ranks(const Agent &agent, const std::string &why);
   void handle_signals();
   void forward_stdin();
   void end_job(double grace_seconds);
@@ -125,6 +138,7 @@ class Launcher {
   rendezvous::Secret secret_ = rendezvous::random_secret();
   std::unique_ptr<rendezvous::Server> rendezvous_;
   bool first_exit_published_ = false;
+  std::set<int> ended_ranks_;
   std::unique_ptr<OutputRouter> output_;
   std::vector<RankExited> new_failures_;
   std::optional<RankExited> failure_;
@@ -329,8 +343,10 @@ void Launcher::display_map() const {
 }
 
 void Launcher::loop() {
+  start_heartbeats();
   while (!all_done()) {
     poll_once();
+    watch_agents();
     report_failures();
     output_->flush();
     const long long now = monotonic_ms();
@@ -377,6 +393,7 @@ void Launcher::handle_frames(Agent &agent) {
     fprintf(stderr, "perseusrun: error: %s\n", error.what());
     open = false;
   }
+  if (!frames.empty()) agent.heartbeat.heard(monotonic_ms());
   for (const Frame &frame : frames) handle_frame(agent, frame);
   if (!open && !agent.done) agent_ended(agent);
 }
@@ -420,6 +437,7 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
   spdlog::debug("rank {} (pid {}) on {} ended: exit code {}, signal {}", exited.rank, exited.pid,
                 agent.link->host(), exited.exit_code, exited.signal);
   if (exited.rank == 0) stdin_open_ = false;
+  ended_ranks_.insert(exited.rank);
   if (rendezvous_ && exited.rank >= 0 &&
       static_cast<size_t>(exited.rank) < plan_.placement.ranks.size()) {
     // The ranks that lose a connection to this one read here which peer ended, and how.
@@ -470,12 +488,72 @@ void Launcher::report_failures() {
 void Launcher::agent_ended(Agent &agent) {
   agent.done = true;
   agent.link->reap(1000);
+  const std::string why = agent.link->failure();
+  publish_lost_ranks(agent, why.empty() ? "its agent ended unexpectedly" : why);
   if (!ending_) {
-    const std::string why = agent.link->failure();
     fprintf(stderr, "perseusrun: error: the agent on %s ended unexpectedly%s; ending the job\n",
             agent.link->host().c_str(), why.empty() ? "" : (" (" + why + ")").c_str());
     agent_error_ = AgentError{"agent ended", kExitLaunchFailure};
     end_job(config_.kill_grace_seconds);
+  }
+}
+
+// From the job's start on, every agent gets a heartbeat and must send one (heartbeat.h).
+void Launcher::start_heartbeats() {
+  const HeartbeatTiming timing =
+      heartbeat_timing(config_.heartbeat_timeout_seconds, "--heartbeat-timeout");
+  for (auto &[key, agent] : agents_) agent.heartbeat = Heartbeat(timing, monotonic_ms());
+}
+
+void Launcher::watch_agents() {
+  const long long now = monotonic_ms();
+  for (const std::string &key : agent_order_) {
+    Agent &agent = agents_.at(key);
+    if (agent.done) continue;
+    if (agent.heartbeat.send_due(now)) agent.link->channel().send(FrameType::kHeartbeat, "");
+    if (agent.heartbeat.lost(now)) agent_lost(agent);
+  }
+}
+
+// An agent silent for the heartbeat timeout: its host is down or cut off (or the agent is
+// stopped). Its connection may never close, so it is ended here; the agent ends its ranks by
+// itself when it misses the launcher's heartbeats.
+void Launcher::agent_lost(Agent &agent) {
+  const std::string why = "no message from its agent for " +
+                          std::to_string(agent.heartbeat.silence_ms(monotonic_ms()) / 1000) +
+                          " s (--heartbeat-timeout " +
+                          std::to_string(agent.heartbeat.timing().timeout_ms / 1000) +
+                          "): the host is down, or the network to it";
+  agent.done = true;
+  agent.link->kill();
+  agent.link->reap(1000);
+  publish_lost_ranks(agent, why);
+  if (!ending_) {
+    fprintf(stderr, "perseusrun: error: lost host %s: %s; ending the job\n",
+            agent.link->host().c_str(), why.c_str());
+    agent_error_ = AgentError{"host lost", kExitLaunchFailure};
+    end_job(config_.kill_grace_seconds);
+  }
+}
+
+// Ranks of a lost host cannot report their end: the ranks that lose a connection to one of them
+// read here that it went with its host, so that they blame the host, not one another.
+void Launcher::publish_lost_ranks(const Agent &agent, const std::string &why) {
+  if (!rendezvous_) return;
+  for (const RankPlace &place : plan_.placement.ranks) {
+    const Host &host = plan_.hosts[static_cast<size_t>(place.host_index)];
+    if (ended_ranks_.count(place.rank) || &agents_.at(host_key(host.user, host.host)) != &agent) {
+      continue;
+    }
+    const std::string note = "rank " + std::to_string(place.rank) + " was lost with host " +
+                             agent.link->host() + " (" + without_host(why, agent.link->host()) +
+                             ")";
+    rendezvous_->publish("perseus/exit/" + std::to_string(place.rank), note);
+    if (!first_exit_published_) {
+      rendezvous_->publish("perseus/exit/first", note);
+      first_exit_published_ = true;
+    }
+    ended_ranks_.insert(place.rank);
   }
 }
 

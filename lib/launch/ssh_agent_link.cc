@@ -70,6 +70,8 @@ class SshAgentLink : public AgentLink {
 
   void kill() override {
     stop_ = true;
+    // Wakes the relay at once: its side of the socket ends.
+    shutdown(channel_.read_fd(), SHUT_RDWR);
     std::lock_guard lock(mutex_);
     changed_.notify_all();
   }

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <vector>
 
 #include "lib/launch/errors.h"
@@ -72,15 +73,171 @@ std::string session_error(LIBSSH2_SESSION *session) {
   return message ? message : "unknown libssh2 error";
 }
 
-// Waits until the session's socket can make progress, or `relay` has data, or a second passes.
-void wait_socket(LIBSSH2_SESSION *session, int socket, int relay, bool want_relay) {
-  const int directions = libssh2_session_block_directions(session);
-  short events = 0;
-  if (directions & LIBSSH2_SESSION_BLOCK_INBOUND) events |= POLLIN;
-  if (directions & LIBSSH2_SESSION_BLOCK_OUTBOUND) events |= POLLOUT;
-  pollfd fds[2] = {{socket, static_cast<short>(events ? events : POLLIN), 0},
-                   {want_relay ? relay : -1, POLLIN, 0}};
+// Relays one SSH channel to the launcher's socket, never blocking: bytes from the agent go to
+// the socket as fast as the launcher takes them (and no faster: the SSH window holds the rest),
+// bytes from the launcher go into the channel, the agent's stderr to `stderr_fd`. Any libssh2
+// failure but EAGAIN ends the relay with lost() saying why: a dead connection never turns into
+// a loop that spins.
+class ChannelRelay {
+ public:
+  ChannelRelay(LIBSSH2_SESSION *session, LIBSSH2_CHANNEL *channel, int socket, int relay,
+               int stderr_fd)
+      : session_(session),
+        channel_(channel),
+        socket_(socket),
+        relay_(relay),
+        stderr_fd_(stderr_fd),
+        buffer_(kRelayChunk) {}
+
+  // One round of moving bytes; false once the relay is over (the agent's output ended, the
+  // launcher's socket closed, or the connection failed).
+  bool step();
+  // Sleeps until the socket or the launcher's socket can make progress (at most a second,
+  // for the keepalive), unless the last step made progress.
+  void wait();
+
+  const std::string &lost() const { return lost_; }
+  bool said_anything() const { return said_anything_; }
+  const std::string &first_stderr() const { return first_stderr_; }
+
+ private:
+  void read_channel();
+  void read_channel_stderr();
+  void write_launcher();
+  void read_launcher();
+  void write_channel();
+  void send_eof();
+  void keepalive();
+  // True when `result` of libssh2's `what` is data (> 0); records a failure other than EAGAIN.
+  bool check(ssize_t result, const char *what);
+
+  LIBSSH2_SESSION *session_;
+  LIBSSH2_CHANNEL *channel_;
+  int socket_, relay_, stderr_fd_;
+  std::vector<char> buffer_;
+  std::string to_launcher_, to_channel_, first_stderr_, lost_;
+  bool progress_ = false, relay_ended_ = false, launcher_gone_ = false, eof_sent_ = false;
+  bool said_anything_ = false, socket_trouble_ = false;
+};
+
+bool ChannelRelay::step() {
+  progress_ = false;
+  read_channel();
+  read_channel_stderr();
+  write_launcher();
+  read_launcher();
+  write_channel();
+  send_eof();
+  keepalive();
+  if (!lost_.empty() || launcher_gone_) return false;
+  return !(to_launcher_.empty() && libssh2_channel_eof(channel_));
+}
+
+void ChannelRelay::read_channel() {
+  // A launcher that is slow to read holds back the agent's output in the SSH window; a socket
+  // in trouble is read anyway, to learn what happened.
+  if (to_launcher_.size() >= kRelayChunk && !socket_trouble_) return;
+  const ssize_t n = libssh2_channel_read(channel_, buffer_.data(), buffer_.size());
+  if (!check(n, "reading the agent's output")) return;
+  if (!said_anything_) write_all(stderr_fd_, first_stderr_);  // the agent started after all
+  said_anything_ = progress_ = true;
+  to_launcher_.append(buffer_.data(), static_cast<size_t>(n));
+}
+
+void ChannelRelay::read_channel_stderr() {
+  const ssize_t n = libssh2_channel_read_stderr(channel_, buffer_.data(), buffer_.size());
+  if (!check(n, "reading the agent's stderr")) return;
+  // Until the agent speaks, stderr is the remote shell's (e.g. "not found"): it goes into the
+  // error message instead of onto the terminal unprefixed.
+  progress_ = true;
+  const std::string_view text(buffer_.data(), static_cast<size_t>(n));
+  if (said_anything_) {
+    write_all(stderr_fd_, text);
+  } else if (first_stderr_.size() < 4096) {
+    first_stderr_.append(text);
+  }
+}
+
+void ChannelRelay::write_launcher() {
+  if (to_launcher_.empty()) return;
+  const ssize_t n =
+      send(relay_, to_launcher_.data(), to_launcher_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n > 0) {
+    to_launcher_.erase(0, static_cast<size_t>(n));
+    progress_ = true;
+  } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    launcher_gone_ = true;
+  }
+}
+
+void ChannelRelay::read_launcher() {
+  if (!to_channel_.empty() || relay_ended_) return;
+  const ssize_t n = recv(relay_, buffer_.data(), buffer_.size(), MSG_DONTWAIT);
+  if (n > 0) to_channel_.assign(buffer_.data(), static_cast<size_t>(n));
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    relay_ended_ = true;
+  }
+}
+
+void ChannelRelay::write_channel() {
+  if (to_channel_.empty()) return;
+  const ssize_t n = libssh2_channel_write(channel_, to_channel_.data(), to_channel_.size());
+  if (!check(n, "writing to the agent")) return;
+  to_channel_.erase(0, static_cast<size_t>(n));
+  progress_ = true;
+}
+
+void ChannelRelay::send_eof() {
+  if (!relay_ended_ || !to_channel_.empty() || eof_sent_) return;
+  const int rc = libssh2_channel_send_eof(channel_);
+  check(rc, "sending the end of the agent's input");
+  eof_sent_ = rc != LIBSSH2_ERROR_EAGAIN;
+}
+
+void ChannelRelay::keepalive() {
+  int next = 0;
+  check(libssh2_keepalive_send(session_, &next), "sending an SSH keepalive");
+}
+
+// What a libssh2 failure on an established connection means, for the user.
+std::string connection_failure(ssize_t code) {
+  switch (code) {
+    case LIBSSH2_ERROR_SOCKET_RECV:
+    case LIBSSH2_ERROR_SOCKET_DISCONNECT:
+      return "the host closed or reset the connection";
+    case LIBSSH2_ERROR_SOCKET_SEND:
+      return "cannot send to the host";
+    case LIBSSH2_ERROR_TIMEOUT:
+    case LIBSSH2_ERROR_SOCKET_TIMEOUT:
+      return "the host stopped answering";
+    default:
+      return "the SSH session failed";
+  }
+}
+
+bool ChannelRelay::check(ssize_t result, const char *what) {
+  if (result > 0) return true;
+  if (result < 0 && result != LIBSSH2_ERROR_EAGAIN && lost_.empty()) {
+    lost_ = "the SSH connection was lost while " + std::string(what) + ": " +
+            connection_failure(result) + " (libssh2 error " + std::to_string(result) + ": " +
+            session_error(session_) + ")";
+  }
+  return false;
+}
+
+void ChannelRelay::wait() {
+  if (progress_) return;
+  const int directions = libssh2_session_block_directions(session_);
+  short socket_events = 0;
+  if (to_launcher_.size() < kRelayChunk) socket_events |= POLLIN;
+  if (directions & LIBSSH2_SESSION_BLOCK_INBOUND && !to_channel_.empty()) socket_events |= POLLIN;
+  if (directions & LIBSSH2_SESSION_BLOCK_OUTBOUND) socket_events |= POLLOUT;
+  short relay_events = 0;
+  if (to_channel_.empty() && !relay_ended_) relay_events |= POLLIN;
+  if (!to_launcher_.empty()) relay_events |= POLLOUT;
+  pollfd fds[2] = {{socket_, socket_events, 0}, {relay_events ? relay_ : -1, relay_events, 0}};
   poll(fds, 2, 1000);
+  socket_trouble_ = (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0;
 }
 
 }  // namespace
@@ -158,11 +315,28 @@ void SshSession::handshake() {
            session_error(session_));
     }
   }
-  if (libssh2_session_handshake(session_, socket_.get()) != 0) {
-    fail("SSH handshake failed: " + session_error(session_) +
-         " (perseusrun allows only the ciphers " + kSafeCiphers + " and MACs " + kSafeMacs +
-         ", which are safe from the Terrapin attack; the server must offer one of each)");
+  const int rc = libssh2_session_handshake(session_, socket_.get());
+  if (rc != 0) fail(handshake_failure(rc));
+}
+
+// Only a failed negotiation can be the methods' fault; a server that does not answer in time,
+// or hangs up, is something else.
+std::string SshSession::handshake_failure(int rc) const {
+  if (rc == LIBSSH2_ERROR_TIMEOUT) {
+    std::ostringstream seconds;
+    seconds << settings_.connect_timeout_ms / 1000.0;
+    return "the SSH handshake timed out: no answer from the SSH server within " + seconds.str() +
+           " s (--ssh-connect-timeout); check that the host is not overloaded and that port " +
+           std::to_string(target_.port) + " is its sshd (--ssh-port)";
   }
+  if (rc == LIBSSH2_ERROR_KEX_FAILURE || rc == LIBSSH2_ERROR_METHOD_NONE) {
+    return "SSH handshake failed: " + session_error(session_) +
+           " (perseusrun allows only the ciphers " + kSafeCiphers + " and MACs " + kSafeMacs +
+           ", which are safe from the Terrapin attack; the server must offer one of each)";
+  }
+  return "SSH handshake failed: " + session_error(session_) + " (libssh2 error " +
+         std::to_string(rc) + "); check that port " + std::to_string(target_.port) +
+         " is the host's sshd (--ssh-port)";
 }
 
 void SshSession::authenticate() {
@@ -225,53 +399,20 @@ std::string SshSession::relay(const std::string &command, int relay, int stderr_
     fail("cannot run '" + command + "': " + session_error(session_));
   }
   libssh2_session_set_blocking(session_, 0);
-  std::string pending, first_stderr;
-  bool relay_ended = false, eof_sent = false, said_anything = false;
-  std::vector<char> buffer(kRelayChunk);
-  while (!stop) {
-    bool progress = false;
-    ssize_t n = libssh2_channel_read(channel, buffer.data(), buffer.size());
-    if (n > 0) {
-      if (!said_anything) write_all(stderr_fd, first_stderr);  // the agent started after all
-      said_anything = progress = true;
-      if (!write_all(relay, std::string_view(buffer.data(), static_cast<size_t>(n)))) break;
-    }
-    n = libssh2_channel_read_stderr(channel, buffer.data(), buffer.size());
-    if (n > 0) {
-      // Until the agent speaks, stderr is the remote shell's (e.g. "not found"): it goes into
-      // the error message instead of onto the terminal unprefixed.
-      progress = true;
-      const std::string_view text(buffer.data(), static_cast<size_t>(n));
-      if (said_anything) {
-        write_all(stderr_fd, text);
-      } else if (first_stderr.size() < 4096) {
-        first_stderr.append(text);
-      }
-    }
-    if (pending.empty() && !relay_ended) {
-      n = recv(relay, buffer.data(), buffer.size(), MSG_DONTWAIT);
-      if (n > 0) pending.assign(buffer.data(), static_cast<size_t>(n));
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) relay_ended = true;
-    }
-    if (!pending.empty()) {
-      n = libssh2_channel_write(channel, pending.data(), pending.size());
-      if (n > 0) pending.erase(0, static_cast<size_t>(n));
-      if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) break;
-    }
-    if (relay_ended && pending.empty() && !eof_sent) {
-      eof_sent = libssh2_channel_send_eof(channel) != LIBSSH2_ERROR_EAGAIN;
-    }
-    if (libssh2_channel_eof(channel)) break;
-    int next = 0;
-    libssh2_keepalive_send(session_, &next);
-    if (!progress) wait_socket(session_, socket_.get(), relay, pending.empty() && !relay_ended);
-  }
+  ChannelRelay link(session_, channel, socket_.get(), relay, stderr_fd);
+  while (!stop && link.step()) link.wait();
+  // A lost connection has nothing left to close, and a stopped one (the launcher gave up on
+  // the host, which may not answer at all) is not waited for: the session's deleter
+  // disconnects and frees the channel, and the agent ends when its input does.
+  if (!link.lost().empty()) return link.lost();
+  if (stop) return "";
   libssh2_session_set_blocking(session_, 1);
   libssh2_session_set_timeout(session_, 2000);
   libssh2_channel_close(channel);
   const int status = libssh2_channel_get_exit_status(channel);
   libssh2_channel_free(channel);
-  if (said_anything || stop) return "";
+  if (link.said_anything()) return "";
+  const std::string &first_stderr = link.first_stderr();
   const std::string line = first_stderr.substr(0, first_stderr.find('\n'));
   return "'" + command + "' exited with status " + std::to_string(status) +
          (line.empty() ? "" : ": " + line) +

@@ -58,6 +58,7 @@ class SshSession {
  private:
   void connect_socket();
   void handshake();
+  std::string handshake_failure(int rc) const;
   void authenticate();
   [[noreturn]] void fail(const std::string &what);
 

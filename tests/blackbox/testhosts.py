@@ -328,6 +328,42 @@ class TestHosts:
         self._start_sshd(i)
         self._wait_ready([i])
 
+    def set_link(self, i, up):
+        """Takes host i's link to the bridge down (up=False) or up again: a silent partition.
+        Packets to and from the host are dropped without any error; open connections see
+        nothing until they time out. Tests must bring it up again (close() deletes the link
+        either way)."""
+        _run([IP, "link", "set", self.veths[i], "up" if up else "down"])
+
+    def session_pids(self, i):
+        """Pids of the SSH session processes on host i ('sshd: USER@notty' and the like): the
+        descendants of its listening sshd that serve a logged-in connection. SIGKILL of one
+        drops its connection at once, like a reset or a reboot of the host."""
+        listener = self.sshd_pid(i)
+        if listener is None:
+            return []
+        children = {}
+        for pid in self.pids_on(i):
+            try:
+                with open("/proc/%d/stat" % pid, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            ppid = int(data[data.rindex(b")") + 2:].split()[1])
+            children.setdefault(ppid, []).append(pid)
+        found, todo = [], list(children.get(listener, []))
+        while todo:
+            pid = todo.pop()
+            todo += children.get(pid, [])
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    name = f.read().split(b"\0")[0].decode("utf-8", "replace")
+            except OSError:
+                continue
+            if name.startswith("sshd: ") and "@" in name:
+                found.append(pid)
+        return sorted(found)
+
     def change_host_key(self, i):
         """Gives host i a new host key and restarts its sshd: known_hosts no longer matches."""
         self._stop_sshd(i)

@@ -66,6 +66,7 @@ void check_same(const JobDescription &got, const JobDescription &want) {
   CHECK(got.working_directory == want.working_directory);
   CHECK(got.stdin_rank == want.stdin_rank);
   CHECK(got.kill_grace_seconds == want.kill_grace_seconds);
+  CHECK(got.heartbeat_timeout_seconds == want.heartbeat_timeout_seconds);
   REQUIRE(got.ranks.size() == want.ranks.size());
   for (size_t i = 0; i < want.ranks.size(); ++i) {
     CHECK(got.ranks[i].rank == want.ranks[i].rank);
@@ -93,6 +94,7 @@ TEST_CASE("JobDescription round trips argv, environment and cwd byte for byte") 
   job.working_directory = "/tmp/dir with $pace/\xff\xfe";
   job.stdin_rank = 3;
   job.kill_grace_seconds = 2.5;
+  job.heartbeat_timeout_seconds = 7.5;
   EnvironmentChanges environment;
   for (size_t i = 0; i < strings.size(); ++i) {
     environment.emplace_back("NAME_" + std::to_string(i), strings[i]);
@@ -224,6 +226,7 @@ TEST_CASE("CBOR messages of the wrong shape throw LaunchError naming the peer") 
                     {"cwd", bytes_of("/")},
                     {"stdin_rank", -1},
                     {"kill_grace", 5.0},
+                    {"heartbeat_timeout", 10.0},
                     {"secret", bytes_of("s")},
                     {"ranks", {{{"rank", 0}, {"env", {{bytes_of("A"), bytes_of("1")}}}}}}};
   REQUIRE_NOTHROW(decode_job(cbor(job), kPeer));
@@ -232,6 +235,7 @@ TEST_CASE("CBOR messages of the wrong shape throw LaunchError naming the peer") 
            {"cwd", "/text"},
            {"stdin_rank", "0"},
            {"kill_grace", "5"},
+           {"heartbeat_timeout", "10"},
            {"secret", "text, not bytes"},
            {"ranks", json::array({{{"rank", "0"}, {"env", json::array()}}})},
            {"ranks", json::array({{{"rank", 0}, {"env", json::array({"A=1"})}}})},
@@ -415,7 +419,7 @@ TEST_CASE("nothing to read is not the end of the stream") {
 }
 
 TEST_CASE("an unknown frame type throws LaunchError naming the peer") {
-  for (int type : {0, 14, 100, 255}) {
+  for (int type : {0, 15, 100, 255}) {
     CAPTURE(type);
     ChannelRig rig = ChannelRig::make();
     std::vector<Frame> frames;

@@ -259,6 +259,13 @@ TEST_CASE("--timeout and --kill-grace parse seconds") {
   CHECK(parse({"--kill-grace=10", "p"}).kill_grace_seconds == 10);
 }
 
+TEST_CASE("--heartbeat-timeout parses seconds, default 10") {
+  CHECK(parse({"p"}).heartbeat_timeout_seconds == 10);
+  CHECK(parse({"--heartbeat-timeout", "30", "p"}).heartbeat_timeout_seconds == 30);
+  CHECK(parse({"--heartbeat-timeout", "1", "p"}).heartbeat_timeout_seconds == 1);
+  CHECK(parse({"--heartbeat-timeout=2.5", "p"}).heartbeat_timeout_seconds == 2.5);
+}
+
 // What `call` writes to stderr.
 template <typename Call>
 std::string stderr_of(Call call) {
@@ -316,6 +323,11 @@ TEST_CASE("bad input throws InputError with a useful message") {
       {{"--timeout", "inf", "p"}, {"--timeout 'inf'"}},
       {{"--timeout", "5s", "p"}, {"--timeout '5s'"}},
       {{"--kill-grace", "-1", "p"}, {"--kill-grace '-1'"}},
+      {{"--heartbeat-timeout", "0", "p"}, {"--heartbeat-timeout '0'", "from 1 to 86400"}},
+      {{"--heartbeat-timeout", "0.5", "p"}, {"--heartbeat-timeout '0.5'", "from 1"}},
+      {{"--heartbeat-timeout", "100000", "p"}, {"--heartbeat-timeout '100000'", "86400"}},
+      {{"--heartbeat-timeout", "-1", "p"}, {"--heartbeat-timeout '-1'", "seconds"}},
+      {{"--heartbeat-timeout", "soon", "p"}, {"--heartbeat-timeout 'soon'"}},
       {{}, {"no program to run"}},
       {{"-np", "4"}, {"no program to run"}},
       {{"-np", "4", "-H", "a:4"}, {"no program to run"}},
