@@ -30,6 +30,10 @@ enum class FrameType : uint8_t {
   kDone = 11,         // agent -> launcher: every process ended and all output sent
   kCheck = 12,        // launcher -> agent: look at GPUs and ports (host_check.h), before a Job
   kCheckReport = 13,  // agent -> launcher: what it found
+  // launcher -> agent: perseusrun's stdout or stderr is not taking output; stop reading the
+  // ranks' pipes (so that they block) until kResumeOutput. Other frames flow on.
+  kPauseOutput = 30,
+  kResumeOutput = 31,
 };
 
 struct Frame {
@@ -40,6 +44,10 @@ struct Frame {
 // Larger frames are refused before anything is allocated for them.
 inline constexpr uint32_t kMaxFramePayload = 64u << 20;
 inline constexpr size_t kFrameHeaderSize = 5;
+
+// The message for a frame of `size` bytes over kMaxFramePayload, sent "to" or received "from"
+// `peer`.
+std::string oversized(size_t size, const std::string &direction, const std::string &peer);
 
 class FrameChannel {
  public:
@@ -55,6 +63,7 @@ class FrameChannel {
   // LaunchError naming the peer.
   bool read_available(std::vector<Frame> &frames);
 
+  // Queues a frame; a payload over kMaxFramePayload throws LaunchError (oversized()).
   void send(FrameType type, std::string_view payload);
   // Writes what the pipe takes now. Returns false when the peer has gone away.
   bool flush();
