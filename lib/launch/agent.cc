@@ -198,9 +198,11 @@ void Agent::write_secret() {
 void Agent::start_ranks() {
   check_no_nul(job_.argv, "an argument of the program");
   if (job_.argv.empty()) throw InputError("no program to run");
+  check_working_directory(job_.working_directory, job_.host_label);
   for (const auto &launch : job_.ranks) {
     RankCommand command;
-    EnvironmentChanges environment = launch.environment;
+    EnvironmentChanges environment = job_.common_environment;
+    environment.insert(environment.end(), launch.environment.begin(), launch.environment.end());
     if (secret_) environment.emplace_back("PERSEUS_SECRET_FILE", secret_->path());
     command.environment = merged_environment(environment);
     check_no_nul(command.environment, "the environment of rank " + std::to_string(launch.rank));

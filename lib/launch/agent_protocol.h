@@ -20,7 +20,7 @@
 
 namespace perseus::launch {
 
-inline constexpr int kProtocolVersion = 1;
+inline constexpr int kProtocolVersion = 2;
 
 struct Hello {
   std::string version;  // PERSEUS_VERSION of the agent
@@ -50,6 +50,9 @@ struct JobDescription {
   // (PERSEUS_SECRET_FILE) and removes it when the job ends. It never reaches a command line
   // or an environment variable.
   std::string secret;
+  // Set for every rank, before the rank's own changes: what all ranks of the host share, so
+  // that the description grows linearly with the ranks (job_plan.h).
+  EnvironmentChanges common_environment;
   std::vector<RankLaunch> ranks;
 };
 

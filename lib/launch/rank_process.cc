@@ -96,6 +96,23 @@ std::string resolve_program(const std::string &name, const std::string &path,
                      first_match.empty() ? name : first_match);
 }
 
+void check_working_directory(const std::string &directory, const std::string &host) {
+  if (directory.empty()) return;
+  struct stat info {};
+  std::string problem;
+  if (::stat(directory.c_str(), &info) != 0) {
+    problem =
+        errno == ENOENT ? "does not exist" : std::string("cannot be read: ") + std::strerror(errno);
+  } else if (!S_ISDIR(info.st_mode)) {
+    problem = "is not a directory";
+  } else if (::access(directory.c_str(), X_OK) != 0) {
+    problem = "cannot be entered: " + std::string(std::strerror(errno));
+  }
+  if (problem.empty()) return;
+  throw InputError("the working directory of the ranks, " + directory + ", " + problem +
+                   " on host " + host + "; create it there, or give another with -wdir DIR");
+}
+
 RankProcess start_rank(const RankCommand &command) {
   Pipe input = command.gets_stdin ? make_pipe() : Pipe{open_dev_null(), UniqueFd()};
   Pipe output = make_pipe();

@@ -32,6 +32,10 @@ struct RankProcess {
 std::string resolve_program(const std::string &name, const std::string &path,
                             const std::string &working_directory, const std::string &host);
 
+// Throws InputError when `directory` (not empty) is not a directory the agent can enter on
+// `host`, naming both, before any rank starts.
+void check_working_directory(const std::string &directory, const std::string &host);
+
 // Starts the process. Throws LaunchError naming the program when fork or exec fails (exec's
 // failure is reported through a close-on-exec pipe, so it is never mistaken for the program's
 // own exit code).
