@@ -44,8 +44,8 @@ constexpr size_t kStdinWindow = 1u << 20;
 // ranks' pipes, below kResumeAt they read on.
 constexpr size_t kPauseAt = 4u << 20;
 constexpr size_t kResumeAt = 1u << 20;
-// After the job has ended, how long output that perseusrun's stdout/stderr do not take may wait
-// before it is dropped (and the loss said).
+// After the job has ended, how long perseusrun's stdout/stderr may take no output at all before
+// the rest is dropped (and the loss said). A reader that keeps reading gets everything.
 constexpr int kOutputDrainMs = 2000;
 
 // Where this perseusrun's libperseus and `perseus` package are, so that `import perseus` works
@@ -567,17 +567,19 @@ void Launcher::hold_back_output() {
   }
 }
 
-// The job has ended: output still queued gets kOutputDrainMs (less if a signal comes) to be
-// written; the rest is dropped, and the loss said.
+// The job has ended: output still queued is written while its destination takes some of it at
+// least every kOutputDrainMs (until a signal comes); the rest is dropped, and the loss said.
 void Launcher::drain_output() {
   output_->finish();
-  const long long give_up = monotonic_ms() + kOutputDrainMs;
-  while (output_->backlog() > 0 && monotonic_ms() < give_up) {
+  long long give_up = monotonic_ms() + kOutputDrainMs;
+  for (size_t left = output_->backlog(); left > 0 && monotonic_ms() < give_up;) {
     std::vector<pollfd> fds{{signals_.get(), POLLIN, 0}};
     for (int fd : output_->poll_fds()) fds.push_back({fd, POLLOUT, 0});
     poll(fds.data(), fds.size(), 50);
     if (fds[0].revents) break;
     output_->flush();
+    if (output_->backlog() < left) give_up = monotonic_ms() + kOutputDrainMs;
+    left = output_->backlog();
   }
   output_->drop();
 }
