@@ -199,6 +199,7 @@ void Agent::start_ranks() {
   check_no_nul(job_.argv, "an argument of the program");
   if (job_.argv.empty()) throw InputError("no program to run");
   check_working_directory(job_.working_directory, job_.host_label);
+  ensure_fd_room(job_.ranks.size(), job_.host_label);
   for (const auto &launch : job_.ranks) {
     RankCommand command;
     EnvironmentChanges environment = job_.common_environment;
