@@ -232,7 +232,10 @@ void check_bind_to(const std::string &value) {
 
 launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> command) {
   launch::LaunchConfig config;
-  if (!raw.np.empty()) config.np = to_int(raw.np, "-np", 1, "a number of ranks of at least 1");
+  if (!raw.np.empty()) {
+    config.np = to_int(raw.np, "-np", 1, "a number of ranks of at least 1");
+    launch::check_rank_count(config.np, "-np " + raw.np);
+  }
   if (!raw.npernode.empty()) {
     config.npernode = to_int(raw.npernode, "-npernode", 1, "a number of ranks of at least 1");
   }

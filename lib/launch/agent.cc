@@ -119,6 +119,7 @@ class Agent {
   void start_heartbeat();
   void watch_launcher();
   bool finished();
+  bool output_wanted() const;
   void fail(const std::string &message, int exit_code);
   Rank *find_rank(pid_t pid);
   Rank *stdin_rank();
@@ -133,6 +134,7 @@ class Agent {
   Heartbeat heartbeat_;  // the launcher's, once the job runs
   bool launcher_gone_ = false;
   bool terminating_ = false;
+  bool output_paused_ = false;  // the launcher cannot write output now (kPauseOutput)
   long long kill_at_ms_ = 0;
   long long next_scan_ms_ = 0;   // next SIGKILL sweep while terminating
   long long next_check_ms_ = 0;  // next look for leftovers once every rank has ended
@@ -240,9 +242,12 @@ void Agent::check_in_cgroup(const Rank &rank) {
 void Agent::start_ranks() {
   check_no_nul(job_.argv, "an argument of the program");
   if (job_.argv.empty()) throw InputError("no program to run");
+  check_working_directory(job_.working_directory, job_.host_label);
+  ensure_fd_room(job_.ranks.size(), job_.host_label);
   for (const auto &launch : job_.ranks) {
     RankCommand command;
-    EnvironmentChanges environment = launch.environment;
+    EnvironmentChanges environment = job_.common_environment;
+    environment.insert(environment.end(), launch.environment.begin(), launch.environment.end());
     if (secret_) environment.emplace_back("PERSEUS_SECRET_FILE", secret_->path());
     command.environment = merged_environment(environment);
     check_no_nul(command.environment, "the environment of rank " + std::to_string(launch.rank));
@@ -282,7 +287,7 @@ void Agent::poll_once() {
   fds.push_back({signals_.get(), POLLIN, 0});
   fds.push_back({launcher_gone_ ? -1 : channel_.read_fd(), POLLIN, 0});
   fds.push_back({channel_.wants_write() && !launcher_gone_ ? channel_.write_fd() : -1, POLLOUT, 0});
-  const bool room = channel_.queued_bytes() < kOutputHighWater || launcher_gone_;
+  const bool room = output_wanted();
   for (auto &rank : ranks_) {
     fds.push_back({room ? rank.process.stdout_pipe.get() : -1, POLLIN, 0});
     fds.push_back({room ? rank.process.stderr_pipe.get() : -1, POLLIN, 0});
@@ -317,6 +322,8 @@ void Agent::handle_frames(const std::vector<Frame> &frames) {
   for (const Frame &frame : frames) {
     if (frame.type == FrameType::kTerminate) {
       terminate(decode_terminate(frame.payload, channel_.peer()).grace_seconds);
+    } else if (frame.type == FrameType::kPauseOutput || frame.type == FrameType::kResumeOutput) {
+      output_paused_ = frame.type == FrameType::kPauseOutput;
     } else if (Rank *rank = stdin_rank(); rank && frame.type == FrameType::kStdin) {
       rank->stdin_buffer += frame.payload;
     } else if (rank && frame.type == FrameType::kStdinEof) {
@@ -445,6 +452,14 @@ bool Agent::finished() {
   return std::none_of(ranks_.begin(), ranks_.end(), [](const Rank &r) {
     return r.process.stdout_pipe.valid() || r.process.stderr_pipe.valid();
   });
+}
+
+// Whether to read the ranks' pipes now: not while 4 MiB wait for the launcher, nor while the
+// launcher's own output is stuck, unless the job is ending (the pipes must reach their end).
+bool Agent::output_wanted() const {
+  if (launcher_gone_) return true;
+  if (output_paused_ && !terminating_) return false;
+  return channel_.queued_bytes() < kOutputHighWater;
 }
 
 Rank *Agent::find_rank(pid_t pid) {

@@ -94,6 +94,7 @@ std::string encode(const JobDescription &m) {
                      {"kill_grace", m.kill_grace_seconds},
                      {"heartbeat_timeout", m.heartbeat_timeout_seconds},
                      {"secret", as_bytes(m.secret)},
+                     {"common_env", encode_environment(m.common_environment)},
                      {"ranks", ranks}});
 }
 
@@ -108,6 +109,7 @@ JobDescription decode_job(const std::string &payload, const std::string &peer) {
     m.kill_grace_seconds = j.at("kill_grace").get<double>();
     m.heartbeat_timeout_seconds = j.at("heartbeat_timeout").get<double>();
     m.secret = from_bytes(j.at("secret"));
+    m.common_environment = decode_environment(j.at("common_env"));
     for (const auto &rank : j.at("ranks")) {
       m.ranks.push_back(RankLaunch{rank.at("rank").get<int>(), decode_environment(rank.at("env"))});
     }

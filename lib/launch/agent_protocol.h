@@ -51,6 +51,9 @@ struct JobDescription {
   // (PERSEUS_SECRET_FILE) and removes it when the job ends. It never reaches a command line
   // or an environment variable.
   std::string secret;
+  // Set for every rank, before the rank's own changes: what all ranks of the host share, so
+  // that the description grows linearly with the ranks (job_plan.h).
+  EnvironmentChanges common_environment;
   std::vector<RankLaunch> ranks;
   double heartbeat_timeout_seconds = 10;  // a launcher silent this long is lost (heartbeat.h)
 };

@@ -19,11 +19,20 @@ uint32_t decode_length(const std::string &buffer) {
 }
 
 bool known_type(uint8_t type) {
-  return type >= static_cast<uint8_t>(FrameType::kHello) &&
-         type <= static_cast<uint8_t>(FrameType::kHeartbeat);
+  return (type >= static_cast<uint8_t>(FrameType::kHello) &&
+          type <= static_cast<uint8_t>(FrameType::kHeartbeat)) ||
+         type == static_cast<uint8_t>(FrameType::kPauseOutput) ||
+         type == static_cast<uint8_t>(FrameType::kResumeOutput);
 }
 
 }  // namespace
+
+std::string oversized(size_t size, const std::string &direction, const std::string &peer) {
+  return "a message of " + std::to_string(size) + " bytes " + direction + " the " + peer +
+         " exceeds the limit of " + std::to_string(kMaxFramePayload) +
+         " bytes of one launcher-agent message; run fewer ranks per host, or pass less "
+         "environment (-x)";
+}
 
 FrameChannel::FrameChannel(UniqueFd in, UniqueFd out, std::string peer)
     : in_(std::move(in)), out_(std::move(out)), peer_(std::move(peer)) {
@@ -56,11 +65,12 @@ void FrameChannel::parse_frames(std::vector<Frame> &frames) {
     const std::string header = read_buffer_.substr(offset, kFrameHeaderSize);
     const auto type = static_cast<uint8_t>(header[0]);
     const uint32_t length = decode_length(header);
-    if (!known_type(type) || length > kMaxFramePayload) {
+    if (!known_type(type)) {
       throw LaunchError("malformed message from the " + peer_ + " (type " + std::to_string(type) +
                         ", length " + std::to_string(length) +
                         "): is the same perseusrun version installed on both ends?");
     }
+    if (length > kMaxFramePayload) throw LaunchError(oversized(length, "from", peer_));
     if (read_buffer_.size() - offset - kFrameHeaderSize < length) break;
     frames.push_back(Frame{static_cast<FrameType>(type),
                            read_buffer_.substr(offset + kFrameHeaderSize, length)});
@@ -70,6 +80,7 @@ void FrameChannel::parse_frames(std::vector<Frame> &frames) {
 }
 
 void FrameChannel::send(FrameType type, std::string_view payload) {
+  if (payload.size() > kMaxFramePayload) throw LaunchError(oversized(payload.size(), "to", peer_));
   std::string frame;
   frame.reserve(kFrameHeaderSize + payload.size());
   frame.push_back(static_cast<char>(type));

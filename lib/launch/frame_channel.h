@@ -31,6 +31,10 @@ enum class FrameType : uint8_t {
   kCheck = 12,        // launcher -> agent: look at GPUs and ports (host_check.h), before a Job
   kCheckReport = 13,  // agent -> launcher: what it found
   kHeartbeat = 14,    // both ways, empty, every heartbeat interval once the job runs (heartbeat.h)
+  // launcher -> agent: perseusrun's stdout or stderr is not taking output; stop reading the
+  // ranks' pipes (so that they block) until kResumeOutput. Other frames flow on.
+  kPauseOutput = 30,
+  kResumeOutput = 31,
 };
 
 struct Frame {
@@ -41,6 +45,10 @@ struct Frame {
 // Larger frames are refused before anything is allocated for them.
 inline constexpr uint32_t kMaxFramePayload = 64u << 20;
 inline constexpr size_t kFrameHeaderSize = 5;
+
+// The message for a frame of `size` bytes over kMaxFramePayload, sent "to" or received "from"
+// `peer`.
+std::string oversized(size_t size, const std::string &direction, const std::string &peer);
 
 class FrameChannel {
  public:
@@ -56,6 +64,7 @@ class FrameChannel {
   // LaunchError naming the peer.
   bool read_available(std::vector<Frame> &frames);
 
+  // Queues a frame; a payload over kMaxFramePayload throws LaunchError (oversized()).
   void send(FrameType type, std::string_view payload);
   // Writes what the pipe takes now. Returns false when the peer has gone away.
   bool flush();

@@ -59,13 +59,16 @@ void refuse_shared_gpus(const HostGpuFacts &facts, size_t devices, int local_siz
 
 }  // namespace
 
-std::vector<std::optional<std::string>> allot_gpus(GpuBind bind, const HostGpuFacts &facts,
-                                                   int local_size, const std::string &host) {
-  std::vector<std::optional<std::string>> values(static_cast<size_t>(local_size));
-  if (bind == GpuBind::kNone) return values;
+GpuAllotment allot_gpus(GpuBind bind, const HostGpuFacts &facts, int local_size,
+                        const std::string &host) {
+  GpuAllotment allotment;
+  std::vector<std::optional<std::string>> &values = allotment.own;
+  values.resize(static_cast<size_t>(local_size));
+  if (bind == GpuBind::kNone) return allotment;
   if (facts.cuda_visible_devices && facts.cuda_visible_devices->empty()) {
-    for (auto &value : values) value = "";
-    return values;
+    allotment.shared = "";
+    values.clear();
+    return allotment;
   }
   const std::vector<std::string> all = device_list(facts, local_size);
   if (all.size() < values.size()) refuse_shared_gpus(facts, all.size(), local_size, host);
@@ -78,10 +81,13 @@ std::vector<std::optional<std::string>> allot_gpus(GpuBind bind, const HostGpuFa
                       "; end those processes, run fewer ranks there, raise "
                       "--gpu-busy-threshold, or skip the check with --no-preflight");
   }
-  for (size_t i = 0; i < values.size(); ++i) {
-    values[i] = bind == GpuBind::kList ? join(devices, values.size()) : devices[i];
+  if (bind == GpuBind::kList) {
+    allotment.shared = join(devices, values.size());
+    values.clear();
+    return allotment;
   }
-  return values;
+  for (size_t i = 0; i < values.size(); ++i) values[i] = devices[i];
+  return allotment;
 }
 
 }  // namespace perseus::launch

@@ -30,8 +30,19 @@ struct HostGpuFacts {
   std::string busy_detail;        // who holds them, for the message when too few are left
 };
 
-// The value of CUDA_VISIBLE_DEVICES for each local rank, or nullopt (per rank) for kNone.
-std::vector<std::optional<std::string>> allot_gpus(GpuBind bind, const HostGpuFacts &facts,
-                                                   int local_size, const std::string &host);
+// CUDA_VISIBLE_DEVICES of a host's ranks: with kList one value every rank shares (kept once,
+// so that a host of n ranks does not hold n copies of an n-entry list), else one per rank
+// (nullopt for kNone).
+struct GpuAllotment {
+  std::optional<std::string> shared;
+  std::vector<std::optional<std::string>> own;  // per local rank when there is no shared value
+
+  std::optional<std::string> of(size_t local_rank) const {
+    return shared ? shared : own.at(local_rank);
+  }
+};
+
+GpuAllotment allot_gpus(GpuBind bind, const HostGpuFacts &facts, int local_size,
+                        const std::string &host);
 
 }  // namespace perseus::launch

@@ -1,5 +1,9 @@
 #include "lib/launch/job_plan.h"
 
+#include <algorithm>
+#include <cctype>
+#include <set>
+
 #include "lib/launch/errors.h"
 #include "lib/launch/host_list_parser.h"
 #include "lib/launch/hostfile_parser.h"
@@ -15,6 +19,41 @@ std::optional<std::string> exported_value(const EnvironmentChanges &exported,
     if (n == name) value = v;
   }
   return value;
+}
+
+// Moves the variables that every rank gets with the same value out of the ranks' lists, into
+// the list it returns. A name stays per rank when any of its entries differs between ranks,
+// so that the value the rank ends up with is the same as before. Expects every rank's list to
+// name the same variables in the same order (rank_environment's), else it keeps every list.
+EnvironmentChanges factor_common(std::vector<RankLaunch> &ranks) {
+  if (ranks.empty()) return {};
+  const EnvironmentChanges first = ranks.front().environment;  // a copy: the lists change below
+  std::vector<bool> same(first.size(), true);
+  for (const RankLaunch &rank : ranks) {
+    if (rank.environment.size() != first.size()) return {};
+    for (size_t k = 0; k < first.size(); ++k) {
+      if (rank.environment[k].first != first[k].first) return {};
+      same[k] = same[k] && rank.environment[k].second == first[k].second;
+    }
+  }
+  std::set<std::string> varying;
+  for (size_t k = 0; k < first.size(); ++k) {
+    if (!same[k]) varying.insert(first[k].first);
+  }
+  std::vector<bool> common(first.size());
+  for (size_t k = 0; k < first.size(); ++k) common[k] = !varying.count(first[k].first);
+  EnvironmentChanges shared;
+  for (size_t k = 0; k < first.size(); ++k) {
+    if (common[k]) shared.push_back(first[k]);
+  }
+  for (RankLaunch &rank : ranks) {
+    EnvironmentChanges own;
+    for (size_t k = 0; k < first.size(); ++k) {
+      if (!common[k]) own.push_back(std::move(rank.environment[k]));
+    }
+    rank.environment = std::move(own);
+  }
+  return shared;
 }
 
 JobDescription describe_host(const LaunchConfig &config, const JobPlan &plan, size_t host_index,
@@ -36,27 +75,51 @@ JobDescription describe_host(const LaunchConfig &config, const JobPlan &plan, si
   if (auto visible = exported_value(exported, "CUDA_VISIBLE_DEVICES")) {
     gpus.cuda_visible_devices = visible;
   }
-  const auto devices =
+  const GpuAllotment devices =
       allot_gpus(config.gpu_bind, gpus, static_cast<int>(local_ranks.size()), job.host_label);
   for (size_t i = 0; i < local_ranks.size(); ++i) {
     RankLaunch launch{local_ranks[i], exported};
     const EnvironmentChanges own = rank_environment(plan.placement, local_ranks[i], facts);
     launch.environment.insert(launch.environment.end(), own.begin(), own.end());
-    if (devices[i]) launch.environment.emplace_back("CUDA_VISIBLE_DEVICES", *devices[i]);
+    if (!devices.shared && devices.own[i]) {
+      launch.environment.emplace_back("CUDA_VISIBLE_DEVICES", *devices.own[i]);
+    }
     if (local_ranks[i] == 0) job.stdin_rank = 0;
     job.ranks.push_back(std::move(launch));
   }
+  job.common_environment = factor_common(job.ranks);
+  if (devices.shared) job.common_environment.emplace_back("CUDA_VISIBLE_DEVICES", *devices.shared);
   return job;
 }
 
+// A name a shell can export: letters, digits and '_', not starting with a digit.
+bool valid_variable_name(const std::string &name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return c == '_' || std::isalnum(static_cast<unsigned char>(c));
+  });
+}
+
 void check_variable_name(const std::string &name, const std::string &written) {
-  if (name.empty() || name.find_first_of("=\0", 0, 2) != std::string::npos) {
+  if (name.empty()) {
     throw InputError("-x '" + written +
                      "': expected a variable name, as in -x NAME or -x NAME=value");
+  }
+  if (!valid_variable_name(name)) {
+    throw InputError("-x '" + written + "': '" + name +
+                     "' is not a valid environment variable name (letters, digits and '_', not "
+                     "starting with a digit), as in -x NAME or -x NAME=value");
   }
 }
 
 }  // namespace
+
+void check_rank_count(long long np, const std::string &source) {
+  if (np > kMaxRanks) {
+    throw InputError(source + " is more than the " + std::to_string(kMaxRanks) +
+                     " ranks perseusrun runs in one job; lower it");
+  }
+}
 
 std::vector<HostSpec> host_mentions(const LaunchConfig &config) {
   if (!config.host_lists.empty() && !config.hostfile.empty()) {
@@ -116,6 +179,8 @@ JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentio
   for (const Host &host : plan.hosts) capacity.push_back({host.slots, host.max_slots});
   plan.placement =
       place_ranks(capacity, {config.np, config.npernode, config.map_by, config.oversubscribe});
+  check_rank_count(static_cast<long long>(plan.placement.size()),
+                   std::to_string(plan.placement.size()) + " ranks (from the slots)");
   for (size_t i = 0; i < plan.hosts.size(); ++i) {
     const BusyGpus busy = busy_of ? busy_of(plan.hosts[i]) : BusyGpus{};
     plan.jobs.push_back(

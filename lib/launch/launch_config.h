@@ -12,6 +12,14 @@
 
 namespace perseus::launch {
 
+// The most ranks one job may have (-np, or the slots): the launcher's memory and the job
+// description stay small below it (docs/USAGE.md).
+inline constexpr int kMaxRanks = 65536;
+
+// Throws InputError when `np` ranks are more than kMaxRanks; `source` says where the number
+// came from ("-np 1000000", "the 70000 slots").
+void check_rank_count(long long np, const std::string &source);
+
 struct LaunchConfig {
   int np = 0;                           // 0: the total slots
   std::vector<std::string> host_lists;  // each -H value

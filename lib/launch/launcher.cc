@@ -29,6 +29,7 @@
 #include "lib/launch/local_host.h"
 #include "lib/launch/log.h"
 #include "lib/launch/output_router.h"
+#include "lib/launch/output_sink.h"
 #include "lib/rendezvous/server.h"
 #include "perseus/config.h"
 
@@ -41,6 +42,13 @@ constexpr int kHelloTimeoutMs = 30000;
 constexpr int kShutdownSlackMs = 10000;
 // Stdin bytes sent to rank 0 but not yet written by it; past this, perseusrun stops reading.
 constexpr size_t kStdinWindow = 1u << 20;
+// Output queued for perseusrun's stdout/stderr: past kPauseAt the agents stop reading their
+// ranks' pipes, below kResumeAt they read on.
+constexpr size_t kPauseAt = 4u << 20;
+constexpr size_t kResumeAt = 1u << 20;
+// After the job has ended, how long perseusrun's stdout/stderr may take no output at all before
+// the rest is dropped (and the loss said). A reader that keeps reading gets everything.
+constexpr int kOutputDrainMs = 2000;
 
 // Where this perseusrun's libperseus and `perseus` package are, so that `import perseus` works
 // in ranks without help: a build tree (build/apps/perseusrun/perseusrun beside
@@ -93,6 +101,15 @@ std::string without_host(const std::string &text, const std::string &host) {
   return text.compare(0, prefix.size(), prefix) == 0 ? text.substr(prefix.size()) : text;
 }
 
+// "rank 2 (host h, pid 42) exited with code 9" or "... was killed by signal 9 (SIGKILL)".
+std::string describe_exit(const RankExited &exited, const std::string &host) {
+  const std::string who = "rank " + std::to_string(exited.rank) + " (host " + host + ", pid " +
+                          std::to_string(exited.pid) + ")";
+  if (!exited.signal) return who + " exited with code " + std::to_string(exited.exit_code);
+  return who + " was killed by signal " + std::to_string(exited.signal) + " (" +
+         signal_name(exited.signal) + ")";
+}
+
 class Launcher {
  public:
   explicit Launcher(const LaunchConfig &config) : config_(config) {}
@@ -127,6 +144,10 @@ class Launcher {
   void forward_stdin();
   void end_job(double grace_seconds);
   void report_failures();
+  void say(const std::string &message);
+  void hold_back_output();
+  void drain_output();
+  void print_summary();
   bool all_done() const;
   Agent *agent_of_rank_zero();
 
@@ -150,6 +171,7 @@ class Launcher {
   long long deadline_ms_ = 0;
   bool stdin_open_ = false;
   size_t stdin_in_flight_ = 0;
+  bool output_paused_ = false;  // the agents were told to stop reading rank output
 };
 
 UniqueFd block_signals() {
@@ -184,7 +206,8 @@ int Launcher::run() {
     deadline_ms_ = monotonic_ms() + static_cast<long long>(config_.timeout_seconds * 1000);
   }
   loop();
-  output_->finish();
+  drain_output();
+  print_summary();
   if (received_signal_) return 128 + received_signal_;
   if (timed_out_) return kExitTimeout;
   if (agent_error_) return agent_error_->exit_code;
@@ -349,15 +372,19 @@ void Launcher::loop() {
     watch_agents();
     report_failures();
     output_->flush();
+    hold_back_output();
     const long long now = monotonic_ms();
     if (deadline_ms_ && now >= deadline_ms_ && !ending_) {
       timed_out_ = true;
-      fprintf(stderr, "perseusrun: error: the job ran past --timeout %g s; ending it\n",
-              config_.timeout_seconds);
+      char message[128];
+      snprintf(message, sizeof message,
+               "perseusrun: error: the job ran past --timeout %g s; ending it",
+               config_.timeout_seconds);
+      say(message);
       end_job(config_.kill_grace_seconds);
     }
     if (ending_ && now >= give_up_at_ms_) {
-      fprintf(stderr, "perseusrun: error: agents did not end the job in time; killing them\n");
+      say("perseusrun: error: agents did not end the job in time; killing them");
       for (auto &[key, agent] : agents_) agent.link->kill();
       return;
     }
@@ -374,6 +401,7 @@ void Launcher::poll_once() {
     fds.push_back({agent.done ? -1 : channel.read_fd(), POLLIN, 0});
     fds.push_back({!agent.done && channel.wants_write() ? channel.write_fd() : -1, POLLOUT, 0});
   }
+  for (int fd : output_->poll_fds()) fds.push_back({fd, POLLOUT, 0});
   if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) throw_system_error("poll", "");
   if (fds[0].revents) handle_signals();
   if (fds[1].revents) forward_stdin();
@@ -390,7 +418,7 @@ void Launcher::handle_frames(Agent &agent) {
   try {
     open = agent.link->channel().read_available(frames);
   } catch (const LaunchError &error) {
-    fprintf(stderr, "perseusrun: error: %s\n", error.what());
+    say(std::string("perseusrun: error: ") + error.what());
     open = false;
   }
   if (!frames.empty()) agent.heartbeat.heard(monotonic_ms());
@@ -413,7 +441,7 @@ void Launcher::handle_frame(Agent &agent, const Frame &frame) {
     case FrameType::kError:
       if (!agent_error_ && !ending_) {
         agent_error_ = decode_error(frame.payload, peer);
-        fprintf(stderr, "perseusrun: error: %s\n", agent_error_->message.c_str());
+        say("perseusrun: error: " + agent_error_->message);
       }
       end_job(config_.kill_grace_seconds);
       break;
@@ -474,14 +502,7 @@ void Launcher::report_failures() {
           .hosts[static_cast<size_t>(
               plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)]
           .host;
-  if (first.signal) {
-    fprintf(stderr,
-            "perseusrun: rank %d (host %s, pid %d) was killed by signal %d (%s); ending the job\n",
-            first.rank, host.c_str(), first.pid, first.signal, signal_name(first.signal).c_str());
-  } else {
-    fprintf(stderr, "perseusrun: rank %d (host %s, pid %d) exited with code %d; ending the job\n",
-            first.rank, host.c_str(), first.pid, first.exit_code);
-  }
+  say("perseusrun: " + describe_exit(first, host) + "; ending the job");
   end_job(config_.kill_grace_seconds);
 }
 
@@ -491,8 +512,8 @@ void Launcher::agent_ended(Agent &agent) {
   const std::string why = agent.link->failure();
   publish_lost_ranks(agent, why.empty() ? "its agent ended unexpectedly" : why);
   if (!ending_) {
-    fprintf(stderr, "perseusrun: error: the agent on %s ended unexpectedly%s; ending the job\n",
-            agent.link->host().c_str(), why.empty() ? "" : (" (" + why + ")").c_str());
+    say("perseusrun: error: the agent on " + agent.link->host() + " ended unexpectedly" +
+        (why.empty() ? "" : " (" + why + ")") + "; ending the job");
     agent_error_ = AgentError{"agent ended", kExitLaunchFailure};
     end_job(config_.kill_grace_seconds);
   }
@@ -529,8 +550,7 @@ void Launcher::agent_lost(Agent &agent) {
   agent.link->reap(1000);
   publish_lost_ranks(agent, why);
   if (!ending_) {
-    fprintf(stderr, "perseusrun: error: lost host %s: %s; ending the job\n",
-            agent.link->host().c_str(), why.c_str());
+    say("perseusrun: error: lost host " + agent.link->host() + ": " + why + "; ending the job");
     agent_error_ = AgentError{"host lost", kExitLaunchFailure};
     end_job(config_.kill_grace_seconds);
   }
@@ -566,8 +586,7 @@ void Launcher::handle_signals() {
       continue;
     }
     received_signal_ = signal;
-    fprintf(stderr, "perseusrun: got %s; ending the job (again to kill at once)\n",
-            signal_name(signal).c_str());
+    say("perseusrun: got " + signal_name(signal) + "; ending the job (again to kill at once)");
     end_job(config_.kill_grace_seconds);
   }
 }
@@ -597,6 +616,81 @@ void Launcher::end_job(double grace_seconds) {
   give_up_at_ms_ = ending_ ? std::min(give_up_at_ms_, give_up) : give_up;
   ending_ = true;
   stdin_open_ = false;
+}
+
+// perseusrun's own messages while the job runs queue behind the ranks' stderr lines, so that
+// a stuck stderr never blocks the loop.
+void Launcher::say(const std::string &message) {
+  if (output_) {
+    output_->say(message);
+  } else {
+    fprintf(stderr, "%s\n", message.c_str());
+  }
+}
+
+// Back-pressure: while perseusrun's stdout or stderr lag, the agents stop reading their ranks'
+// output (the ranks block on their pipes), but every other message still flows.
+void Launcher::hold_back_output() {
+  const size_t backlog = output_->backlog();
+  const bool pause = output_paused_ ? backlog > kResumeAt : backlog > kPauseAt;
+  if (pause == output_paused_) return;
+  output_paused_ = pause;
+  spdlog::debug("{} {} bytes queued for output",
+                pause ? "pausing output:" : "resuming output:", backlog);
+  for (auto &[key, agent] : agents_) {
+    if (!agent.done) {
+      agent.link->channel().send(pause ? FrameType::kPauseOutput : FrameType::kResumeOutput, "");
+    }
+  }
+}
+
+// The job has ended: output still queued is written while its destination takes some of it at
+// least every kOutputDrainMs (until a signal comes); the rest is dropped, and the loss said.
+void Launcher::drain_output() {
+  output_->finish();
+  long long give_up = monotonic_ms() + kOutputDrainMs;
+  for (size_t left = output_->backlog(); left > 0 && monotonic_ms() < give_up;) {
+    std::vector<pollfd> fds{{signals_.get(), POLLIN, 0}};
+    for (int fd : output_->poll_fds()) fds.push_back({fd, POLLOUT, 0});
+    poll(fds.data(), fds.size(), 50);
+    if (fds[0].revents) break;
+    output_->flush();
+    if (output_->backlog() < left) give_up = monotonic_ms() + kOutputDrainMs;
+    left = output_->backlog();
+  }
+  output_->drop();
+}
+
+// The last words on stderr: the failing rank and its last lines of stderr (its traceback),
+// and output that was lost. Written directly, with what stderr takes in a bounded time.
+void Launcher::print_summary() {
+  std::string summary;
+  if (failure_) {
+    const RankExited &first = *failure_;
+    const std::string &host =
+        plan_
+            .hosts[static_cast<size_t>(
+                plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)]
+            .host;
+    const std::vector<std::string> tail = output_->stderr_tail(first.rank);
+    summary += "perseusrun: " + describe_exit(first, host);
+    if (tail.empty()) {
+      summary += "; it wrote nothing to stderr\n";
+    } else {
+      summary += "; the last " + std::to_string(tail.size()) + " lines of its stderr:\n";
+      for (const std::string &line : tail) summary += "perseusrun: | " + line + "\n";
+    }
+  }
+  const std::string losses = output_->loss_report();
+  if (!losses.empty()) summary += "perseusrun: warning: " + losses + "\n";
+  if (summary.empty()) return;
+  OutputSink sink(STDERR_FILENO, "stderr");
+  sink.append(-1, summary);
+  const long long give_up = monotonic_ms() + kOutputDrainMs / 2;
+  for (sink.flush(); sink.backlog() > 0 && monotonic_ms() < give_up; sink.flush()) {
+    pollfd out{sink.poll_fd(), POLLOUT, 0};
+    poll(&out, 1, 50);
+  }
 }
 
 bool Launcher::all_done() const {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "lib/launch/errors.h"
@@ -12,20 +13,54 @@ namespace perseus::launch {
 
 namespace {
 
-constexpr size_t kFlushAt = 1u << 20;
+// Ranks named one by one in the loss report; the rest are counted.
+constexpr size_t kRanksNamed = 10;
+
+std::string lines_and_bytes(size_t lines, size_t bytes) {
+  return std::to_string(lines) + (lines == 1 ? " line (" : " lines (") + std::to_string(bytes) +
+         " bytes)";
+}
+
+bool same_file(int a, int b) {
+  struct stat first {
+  }, second{};
+  return fstat(a, &first) == 0 && fstat(b, &second) == 0 && first.st_dev == second.st_dev &&
+         first.st_ino == second.st_ino;
+}
+
+std::string describe_loss(const OutputSink &sink) {
+  size_t lines = 0, bytes = 0;
+  std::string ranks;
+  size_t named = 0;
+  for (const auto &[rank, loss] : sink.losses()) {
+    lines += loss.lines;
+    bytes += loss.bytes;
+    if (named++ < kRanksNamed) {
+      ranks += (ranks.empty() ? "" : ", ") + std::string("rank ") + std::to_string(rank) + ": " +
+               lines_and_bytes(loss.lines, loss.bytes);
+    }
+  }
+  if (named > kRanksNamed) ranks += ", and " + std::to_string(named - kRanksNamed) + " more ranks";
+  return lines_and_bytes(lines, bytes) +
+         " of the ranks' output could not be written to perseusrun's " + sink.name() +
+         " and were dropped: " + ranks;
+}
 
 }  // namespace
 
 OutputRouter::OutputRouter(int world_size, const std::string &directory) {
+  if (same_file(STDOUT_FILENO, STDERR_FILENO)) {
+    stdout_ = std::make_unique<OutputSink>(STDOUT_FILENO, "stdout and stderr");
+  } else {
+    stdout_ = std::make_unique<OutputSink>(STDOUT_FILENO, "stdout");
+    stderr_ = std::make_unique<OutputSink>(STDERR_FILENO, "stderr");
+  }
   for (int rank = 0; rank < world_size; ++rank) {
     for (bool is_stderr : {false, true}) {
-      std::string *pending = is_stderr ? &pending_stderr_ : &pending_stdout_;
-      auto sink = [this, pending](std::string_view line) {
-        pending->append(line);
-        if (pending->size() >= kFlushAt) flush();
-      };
+      OutputSink &sink = is_stderr && stderr_ ? *stderr_ : *stdout_;
+      auto tagged = [this, &sink, rank](std::string_view line) { queue(sink, rank, line); };
       streams_.push_back(
-          {std::make_unique<LineTagger>(LineTagger::tag_for(rank, is_stderr), sink), UniqueFd()});
+          {std::make_unique<LineTagger>(LineTagger::tag_for(rank, is_stderr), tagged), UniqueFd()});
     }
   }
   if (!directory.empty()) open_files(world_size, directory);
@@ -58,13 +93,27 @@ OutputRouter::Stream &OutputRouter::stream(int rank, OutputStream which) {
   return streams_[index];
 }
 
+void OutputRouter::queue(OutputSink &sink, int rank, std::string_view line) {
+  if (sink.backlog() + line.size() > kHardLimit) {
+    sink.drop_line(rank, line.size());
+  } else {
+    sink.append(rank, line);
+  }
+}
+
 void OutputRouter::write(const OutputChunk &chunk) {
   Stream &s = stream(chunk.rank, chunk.stream);
   if (s.file.valid() && !write_all(s.file.get(), chunk.bytes)) {
     throw_system_error("write",
                        "to the --output-filename file of rank " + std::to_string(chunk.rank));
   }
+  if (chunk.stream == OutputStream::kStderr) tails_[chunk.rank].feed(chunk.bytes);
   s.tagger->feed(chunk.bytes);
+}
+
+void OutputRouter::say(const std::string &message) {
+  (stderr_ ? *stderr_ : *stdout_).append(-1, message + "\n");
+  flush();
 }
 
 void OutputRouter::finish() {
@@ -73,14 +122,49 @@ void OutputRouter::finish() {
 }
 
 void OutputRouter::flush() {
-  if (stdout_open_ && !pending_stdout_.empty()) {
-    stdout_open_ = write_all(STDOUT_FILENO, pending_stdout_);
+  for (OutputSink *sink : sinks()) {
+    sink->flush();
+    if (std::optional<std::string> error = sink->take_error()) {
+      say("perseusrun: error: cannot write the ranks' output to perseusrun's " + sink->name() +
+          ": " + *error + "; the rest of it is dropped (--output-filename DIR keeps a copy)");
+    }
   }
-  if (stderr_open_ && !pending_stderr_.empty()) {
-    stderr_open_ = write_all(STDERR_FILENO, pending_stderr_);
+}
+
+void OutputRouter::drop() {
+  for (OutputSink *sink : sinks()) sink->drop();
+}
+
+size_t OutputRouter::backlog() const {
+  size_t most = 0;
+  for (const OutputSink *sink : sinks()) most = std::max(most, sink->backlog());
+  return most;
+}
+
+std::vector<int> OutputRouter::poll_fds() const {
+  std::vector<int> fds;
+  for (const OutputSink *sink : sinks()) fds.push_back(sink->poll_fd());
+  return fds;
+}
+
+std::vector<std::string> OutputRouter::stderr_tail(int rank) const {
+  const auto found = tails_.find(rank);
+  return found == tails_.end() ? std::vector<std::string>{} : found->second.lines();
+}
+
+std::string OutputRouter::loss_report() const {
+  std::string report;
+  for (const OutputSink *sink : sinks()) {
+    if (sink->losses().empty()) continue;
+    report += (report.empty() ? "" : "; ") + describe_loss(*sink);
   }
-  pending_stdout_.clear();
-  pending_stderr_.clear();
+  return report;
+}
+
+std::vector<OutputSink *> OutputRouter::sinks() const {
+  std::vector<OutputSink *> all{stdout_.get()};
+  if (stderr_) all.push_back(stderr_.get());
+  return all;
 }
 
 }  // namespace perseus::launch

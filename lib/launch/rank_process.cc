@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -97,6 +98,39 @@ std::string resolve_program(const std::string &name, const std::string &path,
   }
   throw_not_runnable(name, host, "not found in PATH=" + path,
                      first_match.empty() ? name : first_match);
+}
+
+void check_working_directory(const std::string &directory, const std::string &host) {
+  if (directory.empty()) return;
+  struct stat info {};
+  std::string problem;
+  if (::stat(directory.c_str(), &info) != 0) {
+    problem =
+        errno == ENOENT ? "does not exist" : std::string("cannot be read: ") + std::strerror(errno);
+  } else if (!S_ISDIR(info.st_mode)) {
+    problem = "is not a directory";
+  } else if (::access(directory.c_str(), X_OK) != 0) {
+    problem = "cannot be entered: " + std::string(std::strerror(errno));
+  }
+  if (problem.empty()) return;
+  throw InputError("the working directory of the ranks, " + directory + ", " + problem +
+                   " on host " + host + "; create it there, or give another with -wdir DIR");
+}
+
+void ensure_fd_room(size_t ranks, const std::string &host) {
+  constexpr rlim_t kSpare = 64;  // the agent's own: channel, signalfd, /proc scans
+  const rlim_t needed = 3 * static_cast<rlim_t>(ranks) + kSpare;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= needed) return;
+  if (limit.rlim_max >= needed || limit.rlim_max == RLIM_INFINITY) {
+    limit.rlim_cur = needed;
+    if (setrlimit(RLIMIT_NOFILE, &limit) == 0) return;
+  }
+  throw LaunchError("host " + host + " cannot run " + std::to_string(ranks) +
+                    " ranks: its agent needs 3 file descriptors per rank (" +
+                    std::to_string(needed) + " in all), but the limit there is " +
+                    std::to_string(limit.rlim_max) +
+                    " (ulimit -Hn); run fewer ranks on it, or raise the limit");
 }
 
 RankProcess start_rank(const RankCommand &command) {

@@ -35,6 +35,15 @@ struct RankProcess {
 std::string resolve_program(const std::string &name, const std::string &path,
                             const std::string &working_directory, const std::string &host);
 
+// Throws InputError when `directory` (not empty) is not a directory the agent can enter on
+// `host`, naming both, before any rank starts.
+void check_working_directory(const std::string &directory, const std::string &host);
+
+// The agent holds up to 3 pipes per rank and polls them all: raises the soft limit of open
+// files toward the hard one as far as `ranks` need; throws LaunchError naming the host, the
+// numbers and the fix when the hard limit is too low.
+void ensure_fd_room(size_t ranks, const std::string &host);
+
 // Starts the process. Throws LaunchError naming the program when fork or exec fails (exec's
 // failure is reported through a close-on-exec pipe, so it is never mistaken for the program's
 // own exit code).

@@ -67,6 +67,7 @@ void check_same(const JobDescription &got, const JobDescription &want) {
   CHECK(got.stdin_rank == want.stdin_rank);
   CHECK(got.kill_grace_seconds == want.kill_grace_seconds);
   CHECK(got.heartbeat_timeout_seconds == want.heartbeat_timeout_seconds);
+  CHECK(got.common_environment == want.common_environment);
   REQUIRE(got.ranks.size() == want.ranks.size());
   for (size_t i = 0; i < want.ranks.size(); ++i) {
     CHECK(got.ranks[i].rank == want.ranks[i].rank);
@@ -228,6 +229,7 @@ TEST_CASE("CBOR messages of the wrong shape throw LaunchError naming the peer") 
                     {"kill_grace", 5.0},
                     {"heartbeat_timeout", 10.0},
                     {"secret", bytes_of("s")},
+                    {"common_env", {{bytes_of("B"), bytes_of("2")}}},
                     {"ranks", {{{"rank", 0}, {"env", {{bytes_of("A"), bytes_of("1")}}}}}}};
   REQUIRE_NOTHROW(decode_job(cbor(job), kPeer));
   for (const auto &[key, value] : std::vector<std::pair<std::string, json>>{

@@ -310,6 +310,8 @@ TEST_CASE("bad input throws InputError with a useful message") {
       {{"-np", "-1", "p"}, {"-np '-1'", "at least 1"}},
       {{"-np", "abc", "p"}, {"-np 'abc'", "number of ranks"}},
       {{"-np", "4x", "p"}, {"-np '4x'"}},
+      {{"-np", "1000000", "p"}, {"-np 1000000", "65536"}},
+      {{"-np", "65537", "--oversubscribe", "p"}, {"-np 65537", "65536"}},
       {{"-np", "99999999999", "p"}, {"-np '99999999999'"}},
       {{"-npernode", "0", "p"}, {"-npernode '0'", "at least 1"}},
       {{"--map-by", "bogus", "p"}, {"--map-by 'bogus'", "slot", "node"}},

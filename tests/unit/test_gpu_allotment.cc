@@ -108,19 +108,28 @@ std::string shown(const std::vector<std::optional<std::string>> &values) {
   return shown(out);
 }
 
+// allot_gpus as one value per local rank.
+std::vector<std::optional<std::string>> allotted(GpuBind bind, const HostGpuFacts &facts,
+                                                 int local_size, const std::string &host) {
+  const GpuAllotment allotment = allot_gpus(bind, facts, local_size, host);
+  std::vector<std::optional<std::string>> values;
+  for (int i = 0; i < local_size; ++i) values.push_back(allotment.of(static_cast<size_t>(i)));
+  return values;
+}
+
 TEST_CASE("allot_gpus table") {
   for (const Case &c : kCases) {
     CAPTURE(c.name);
     const HostGpuFacts facts{c.gpu_count, c.cuda_visible_devices};
     if (c.error.empty()) {
       std::vector<std::optional<std::string>> values;
-      REQUIRE_NOTHROW(values = allot_gpus(c.bind, facts, c.local_size, "node7"));
+      REQUIRE_NOTHROW(values = allotted(c.bind, facts, c.local_size, "node7"));
       CHECK(shown(values) == shown(c.expected));
       continue;
     }
     std::string message;
     try {
-      allot_gpus(c.bind, facts, c.local_size, "node7");
+      allotted(c.bind, facts, c.local_size, "node7");
     } catch (const InputError &error) {
       message = error.what();
     }
@@ -132,11 +141,20 @@ TEST_CASE("allot_gpus table") {
   }
 }
 
+TEST_CASE("list mode keeps one shared value, however many ranks") {
+  const GpuAllotment allotment =
+      allot_gpus(GpuBind::kList, {std::nullopt, std::nullopt}, 5000, "h");
+  REQUIRE(allotment.shared.has_value());
+  CHECK(allotment.own.empty());
+  CHECK(allotment.shared->substr(0, 8) == "0,1,2,3,");
+  CHECK(allotment.of(4999) == allotment.shared);
+}
+
 TEST_CASE("kNone never yields a value") {
   for (int local_size = 0; local_size <= 16; ++local_size) {
     for (const HostGpuFacts &facts : {HostGpuFacts{std::nullopt, std::nullopt},
                                       HostGpuFacts{1, std::nullopt}, HostGpuFacts{8, "0,1"}}) {
-      const auto values = allot_gpus(GpuBind::kNone, facts, local_size, "h");
+      const auto values = allotted(GpuBind::kNone, facts, local_size, "h");
       CHECK(values.size() == static_cast<size_t>(local_size));
       for (const auto &value : values) CHECK_FALSE(value.has_value());
     }
@@ -147,8 +165,8 @@ TEST_CASE("isolate gives each rank a distinct entry of the list that list mode g
   for (int gpus = 1; gpus <= 8; ++gpus) {
     for (int local_size = 1; local_size <= gpus; ++local_size) {
       const HostGpuFacts facts{gpus, std::nullopt};
-      const auto listed = allot_gpus(GpuBind::kList, facts, local_size, "h");
-      const auto isolated = allot_gpus(GpuBind::kIsolate, facts, local_size, "h");
+      const auto listed = allotted(GpuBind::kList, facts, local_size, "h");
+      const auto isolated = allotted(GpuBind::kIsolate, facts, local_size, "h");
       REQUIRE(listed.size() == static_cast<size_t>(local_size));
       REQUIRE(isolated.size() == static_cast<size_t>(local_size));
       std::string joined;
@@ -175,27 +193,26 @@ HostGpuFacts with_busy(std::optional<int> gpus, std::optional<std::string> visib
 TEST_CASE("busy GPUs are left out when enough free ones remain") {
   // -H host:4 on an 8-GPU host whose GPUs 0-3 are busy runs on 4-7.
   const auto list =
-      allot_gpus(GpuBind::kList, with_busy(8, std::nullopt, {"0", "1", "2", "3"}), 4, "node1");
+      allotted(GpuBind::kList, with_busy(8, std::nullopt, {"0", "1", "2", "3"}), 4, "node1");
   for (const auto &value : list) CHECK(value == "4,5,6,7");
-  const auto isolated = allot_gpus(
+  const auto isolated = allotted(
       GpuBind::kIsolate, with_busy(8, std::nullopt, {"0", "GPU-aaaa", "2", "GPU-cccc"}), 2, "n");
   CHECK(isolated[0] == "1");
   CHECK(isolated[1] == "3");
   // Busy entries are matched against the host's own CUDA_VISIBLE_DEVICES too (index or UUID).
-  CHECK(allot_gpus(GpuBind::kIsolate, with_busy(8, "3,5", {"3"}), 1, "n")[0] == "5");
-  CHECK(allot_gpus(GpuBind::kIsolate, with_busy(8, "GPU-a,GPU-b", {"GPU-a"}), 1, "n")[0] ==
-        "GPU-b");
+  CHECK(allotted(GpuBind::kIsolate, with_busy(8, "3,5", {"3"}), 1, "n")[0] == "5");
+  CHECK(allotted(GpuBind::kIsolate, with_busy(8, "GPU-a,GPU-b", {"GPU-a"}), 1, "n")[0] == "GPU-b");
   // kNone looks at nothing.
-  CHECK_FALSE(allot_gpus(GpuBind::kNone, with_busy(1, std::nullopt, {"0"}), 1, "n")[0]);
+  CHECK_FALSE(allotted(GpuBind::kNone, with_busy(1, std::nullopt, {"0"}), 1, "n")[0]);
 }
 
 TEST_CASE("too few free GPUs is a LaunchError naming the busy ones and the fixes") {
   CHECK_THROWS_WITH_AS(
-      allot_gpus(GpuBind::kList, with_busy(2, std::nullopt, {"0"}), 2, "node7"),
+      allotted(GpuBind::kList, with_busy(2, std::nullopt, {"0"}), 2, "node7"),
       doctest::Contains("host node7: 2 ranks need as many free GPUs, but only 1 of its 2 are "
                         "free; busy: GPU 0 (pid 42 python hold.py, user bob, 30000 MiB)"),
       LaunchError);
-  CHECK_THROWS_WITH_AS(allot_gpus(GpuBind::kList, with_busy(1, std::nullopt, {"0"}), 1, "n"),
+  CHECK_THROWS_WITH_AS(allotted(GpuBind::kList, with_busy(1, std::nullopt, {"0"}), 1, "n"),
                        doctest::Contains("--gpu-busy-threshold"), LaunchError);
 }
 

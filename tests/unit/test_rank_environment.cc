@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
+#include "lib/launch/frame_channel.h"
 #include "lib/launch/job_plan.h"
 #include "lib/launch/placement.h"
 #include "lib/launch/rank_environment.h"
@@ -164,6 +165,26 @@ TEST_CASE("exported_environment: -x NAME=value, -x NAME, -x of an unset name, -m
   CHECK(warnings[0].find("not passed on") != std::string::npos);
 }
 
+TEST_CASE("exported_environment: names that are not environment names are refused") {
+  for (const std::string bad : {"A B=1", "1A=2", "A-B", "A.B=1", "=1", "A\tB", "\xc3\xa9=1"}) {
+    CAPTURE(bad);
+    LaunchConfig config;
+    config.exports = {bad};
+    std::vector<std::string> warnings;
+    CHECK_THROWS_WITH_AS(exported_environment(
+                             config, [](const std::string &) { return std::nullopt; }, warnings),
+                         doctest::Contains(("-x '" + bad + "'").c_str()), InputError);
+  }
+  for (const std::string good : {"A=1", "_x=y z", "NCCL_DEBUG=INFO", "a1_B2=", "PATH"}) {
+    CAPTURE(good);
+    LaunchConfig config;
+    config.exports = {good};
+    std::vector<std::string> warnings;
+    CHECK_NOTHROW(exported_environment(
+        config, [](const std::string &) { return std::string("v"); }, warnings));
+  }
+}
+
 TEST_CASE("exported_environment: warnings are appended, one per unset name") {
   LaunchConfig config;
   config.exports = {"A", "B", "C"};
@@ -220,6 +241,20 @@ std::optional<std::string> last_value(const EnvironmentChanges &environment,
   return value;
 }
 
+// The variables a rank of `job` gets from perseusrun: the host's common ones, then its own.
+EnvironmentChanges effective(const JobDescription &job, const RankLaunch &launch) {
+  EnvironmentChanges all = job.common_environment;
+  all.insert(all.end(), launch.environment.begin(), launch.environment.end());
+  return all;
+}
+
+// What a rank sees: the last value of each name.
+std::map<std::string, std::string> seen(const EnvironmentChanges &environment) {
+  std::map<std::string, std::string> values;
+  for (const auto &[name, value] : environment) values[name] = value;
+  return values;
+}
+
 std::string ranks_of(const JobDescription &job) {
   std::string out;
   for (const RankLaunch &rank : job.ranks)
@@ -271,7 +306,7 @@ TEST_CASE("plan_job: 3 hosts, 4 ranks: descriptions, stdin rank, unused host") {
       const EnvironmentChanges own = rank_environment(plan.placement, launch.rank, kFacts);
       expected.insert(expected.end(), own.begin(), own.end());
       expected.emplace_back("CUDA_VISIBLE_DEVICES", "0,1");
-      CHECK(in_order(launch.environment) == in_order(expected));
+      CHECK(seen(effective(job, launch)) == seen(expected));
     }
   }
 }
@@ -329,7 +364,7 @@ TEST_CASE("plan_job: CUDA_VISIBLE_DEVICES from -x overrides the host's own") {
     std::string got;
     for (const JobDescription &job : plan.jobs) {
       for (const RankLaunch &launch : job.ranks) {
-        const auto value = last_value(launch.environment, "CUDA_VISIBLE_DEVICES");
+        const auto value = last_value(effective(job, launch), "CUDA_VISIBLE_DEVICES");
         got += (got.empty() ? "" : " ") + (!value ? "-" : value->empty() ? "''" : *value);
       }
     }
@@ -356,6 +391,54 @@ TEST_CASE("plan_job: bare mentions take their slots from bare_slots") {
   CHECK(plan.placement.size() == 8);
   CHECK(ranks_of(plan.jobs[0]) == "0 1 2 3");
   CHECK(ranks_of(plan.jobs[1]) == "4 5 6 7");
+}
+
+// ---- the job description's size ----
+
+// The encoded description of -np `np` ranks on one host without GPUs (every rank's
+// CUDA_VISIBLE_DEVICES is the list 0..np-1).
+size_t description_bytes(int np) {
+  LaunchConfig config = config_for(np);
+  config.oversubscribe = true;
+  const Hellos hellos{{{"a", hello(std::nullopt)}}};
+  const JobPlan plan = plan_job(config, {mention("a", 1)}, {}, hellos, kFacts, {{"X", "1"}});
+  return encode(plan.jobs.at(0)).size();
+}
+
+TEST_CASE("plan_job: the job description grows linearly with the ranks of a host") {
+  const size_t small = description_bytes(1000);
+  const size_t large = description_bytes(8000);
+  CAPTURE(small);
+  CAPTURE(large);
+  // Quadratic growth would make it 64 times larger; a few hundred bytes per rank is linear.
+  CHECK(large < 9 * small);
+  CHECK(large / 8000 < 400);
+  CHECK(description_bytes(kMaxRanks) < kMaxFramePayload);
+}
+
+TEST_CASE("plan_job: shared variables are sent once, what differs per rank") {
+  const Hellos hellos{{{"a", hello(std::nullopt)}}};
+  const JobPlan plan = plan_job(config_for(3), {mention("a", 3)}, {}, hellos, kFacts,
+                                {{"NCCL_DEBUG", "INFO"}, {"RANK", "99"}});
+  const JobDescription &job = plan.jobs.at(0);
+  CHECK(last_value(job.common_environment, "NCCL_DEBUG") == "INFO");
+  CHECK(last_value(job.common_environment, "WORLD_SIZE") == "3");
+  CHECK(last_value(job.common_environment, "CUDA_VISIBLE_DEVICES") == "0,1,2");
+  for (const RankLaunch &launch : job.ranks) {
+    CAPTURE(launch.rank);
+    CHECK_FALSE(last_value(launch.environment, "WORLD_SIZE").has_value());
+    // A name with a value per rank stays per rank, -x's value included, so that the rank's
+    // own value still comes last and wins.
+    CHECK_FALSE(last_value(job.common_environment, "RANK").has_value());
+    CHECK(last_value(effective(job, launch), "RANK") == std::to_string(launch.rank));
+  }
+}
+
+TEST_CASE("plan_job: more ranks than kMaxRanks from the slots is an InputError") {
+  const Hellos hellos{{{"a", hello(std::nullopt)}, {"b", hello(std::nullopt)}}};
+  CHECK_THROWS_WITH_AS(
+      plan_job(config_for(0), {mention("a", 65536), mention("b", 2)}, {}, hellos, kFacts, {}),
+      doctest::Contains("65538 ranks (from the slots) is more than the 65536"), InputError);
 }
 
 TEST_CASE("host_key") {
