@@ -137,7 +137,7 @@ Engine::Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> ba
       local_(std::move(local)),
       negotiator_(job.rank, job.size),
       timeline_(job.rank == 0 ? settings_.timeline : ""),
-      last_stall_report_(Clock::now()),
+      last_stall_scan_(Clock::now()),
       last_work_(Clock::now()) {
   sets_.push_back(negotiator_.members(0));
   thread_ = std::thread([this] { loop(); });
@@ -972,24 +972,44 @@ void Engine::run_one(const Agreed &agreed) {
   succeed(request);
 }
 
+// Rank 0 looks every second (kStallScan) and reports an operation once it has waited
+// stall_check, then again every stall_check while it still waits; with stall_shutdown it gives up
+// on it (once) as soon as it has waited that long.
 void Engine::report_stalls() {
   if (settings_.stall_check.count() == 0 || job_.rank != 0) return;
+  constexpr auto kStallScan = std::chrono::seconds(1);
   const auto now = Clock::now();
-  if (now - last_stall_report_ < settings_.stall_check) return;
-  last_stall_report_ = now;
-  for (const Stall &stall : negotiator_.stalls(now, settings_.stall_check)) {
-    std::fprintf(stderr,
-                 "perseus: rank 0: stall: %s has waited %lld s for ranks %s (submitted by ranks "
-                 "%s). Do all ranks submit the same operations? (PERSEUS_STALL_CHECK_SECONDS=%lld"
-                 " sets this check, 0 turns it off)\n",
-                 operation_text(stall.name, stall.kind).c_str(),
-                 static_cast<long long>(stall.waited.count()), ranks_text(stall.missing).c_str(),
-                 ranks_text(stall.submitted).c_str(),
-                 static_cast<long long>(settings_.stall_check.count()));
-    if (settings_.stall_shutdown.count() > 0 && stall.waited >= settings_.stall_shutdown) {
+  if (now - last_stall_scan_ < std::min<Clock::duration>(kStallScan, settings_.stall_check)) {
+    return;
+  }
+  last_stall_scan_ = now;
+  auto after = settings_.stall_check;
+  if (settings_.stall_shutdown.count() > 0) after = std::min(after, settings_.stall_shutdown);
+  std::map<std::string, StallReport> still;
+  for (const Stall &stall : negotiator_.stalls(now, after)) {
+    const auto known = stall_reports_.find(stall.name);
+    StallReport report = known == stall_reports_.end() ? StallReport{} : known->second;
+    const bool due = known == stall_reports_.end() || report.last == Clock::time_point{} ||
+                     now - report.last >= settings_.stall_check;
+    if (stall.waited >= settings_.stall_check && due) {
+      report.last = now;
+      std::fprintf(stderr,
+                   "perseus: rank 0: stall: %s has waited %lld s for ranks %s (submitted by ranks "
+                   "%s). Do all ranks submit the same operations? (PERSEUS_STALL_CHECK_SECONDS=%lld"
+                   " sets this check, 0 turns it off)\n",
+                   operation_text(stall.name, stall.kind).c_str(),
+                   static_cast<long long>(stall.waited.count()), ranks_text(stall.missing).c_str(),
+                   ranks_text(stall.submitted).c_str(),
+                   static_cast<long long>(settings_.stall_check.count()));
+    }
+    if (settings_.stall_shutdown.count() > 0 && stall.waited >= settings_.stall_shutdown &&
+        !report.cancelled) {
+      report.cancelled = true;
       cancel_.push_back(stall.name);
     }
+    still.emplace(stall.name, report);
   }
+  stall_reports_.swap(still);
 }
 
 }  // namespace perseus::comm

@@ -200,7 +200,12 @@ class Engine {
   // The thread's own.
   std::vector<uint8_t> fusion_;
   std::vector<std::string> cancel_;  // rank 0: names to give up on, sent next cycle
-  std::chrono::steady_clock::time_point last_stall_report_;
+  std::chrono::steady_clock::time_point last_stall_scan_;
+  struct StallReport {
+    std::chrono::steady_clock::time_point last;  // when it was last reported
+    bool cancelled = false;                      // rank 0 has given up on it
+  };
+  std::map<std::string, StallReport> stall_reports_;  // rank 0: the operations stalled now
   std::chrono::steady_clock::time_point last_work_;
   int lone_cycles_ = 0;  // cycles in a row that found one request each (see kLoneCycles...)
   std::thread thread_;

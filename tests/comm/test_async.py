@@ -81,6 +81,23 @@ def test_stall_is_named_and_given_up():
     assert elapsed < 60, show(proc)
 
 
+def test_stall_reports_come_on_time():
+    # Rank 0 looks every second: an operation is reported once it has waited
+    # PERSEUS_STALL_CHECK_SECONDS (3), again every 3 s, and given up on at
+    # PERSEUS_STALL_SHUTDOWN_SECONDS (7), not at the next multiple of the check (the first
+    # report used to come at up to twice the check, 119 s by default).
+    env = clean_env(PERSEUS_STALL_CHECK_SECONDS="3", PERSEUS_STALL_SHUTDOWN_SECONDS="7")
+    proc, _ = run(["-np", "3", "-H", "localhost:3", STALL, "10"], env=env, timeout=120)
+    assert proc.returncode == 0, show(proc)
+    waited = [int(m.group(1)) for l in tagged(proc.stderr, 0, "stderr") if "'lonely'" in l
+              for m in [re.search(r"has waited (\d+) s for ranks 1 ", l)] if m]
+    assert len(waited) == 2, show(proc)
+    assert 3 <= waited[0] <= 4 and 6 <= waited[1] <= 7, show(proc)
+    for rank in (0, 2):
+        lines = [l for l in tagged(proc.stdout, rank) if "lonely: wait returned -5:" in l]
+        assert len(lines) == 1 and re.search(r"given up after [78] s", lines[0]), show(proc)
+
+
 def test_mismatched_counts_fail_everywhere_and_the_job_goes_on():
     proc, _ = run(["-np", "3", "-H", "localhost:3", ASYNC, "mismatch"])
     assert proc.returncode == 0, show(proc)
