@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 
 import pytest
 
@@ -23,9 +24,29 @@ WITHIN = 10.0
 HOW_CODE = {"raise": 1, "exit3": 3}
 
 
+def left_behind(marker, within=3.0):
+    """Pids of processes whose environment holds marker, still there after `within` s."""
+    deadline = time.monotonic() + within
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                pass  # gone, or not ours
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
 def run(cmd, tmp_path, env):
     """Runs a launcher in its own session (a hang is killed whole); returns the process and the
-    seconds from the failing rank's failure to the launcher's end."""
+    seconds from the failing rank's failure to the launcher's end. Every process the job
+    started must be gone within 3 s of the launcher's end."""
+    marker = "perseus-rank-errors-%s" % uuid.uuid4().hex
+    env = dict(env, RANK_ERRORS_MARKER=marker)
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, errors="replace", env=env,
                          start_new_session=True)
@@ -38,6 +59,10 @@ def run(cmd, tmp_path, env):
                                                                            err[-4000:]))
     ended = time.time()
     proc = subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    left = left_behind(marker)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "processes of the job left behind: %s\n%s" % (left, show(proc))
     failed_at = tmp_path / "failed_at"
     assert failed_at.exists(), "the failing rank never failed\n" + show(proc)
     return proc, ended - float(failed_at.read_text())
@@ -62,7 +87,12 @@ def test_failing_rank_ends_the_job_under_perseusrun(api, how, tmp_path):
     assert re.fullmatch(r"perseusrun: rank 2 \(host localhost, pid \d+\) exited with code %d; "
                         r"ending the job" % HOW_CODE[how], "\n".join(summary(proc))), show(proc)
     if how == "raise":
-        assert "[1,2]<stderr>:RuntimeError: a bad batch at step 3" in proc.stdout + proc.stderr, \
+        # The traceback, tagged as it went by and again in perseusrun's closing summary.
+        assert "[1,2]<stderr>:RuntimeError: a bad batch at step 3" in proc.stderr, show(proc)
+        tail = proc.stderr[proc.stderr.index("the last "):]
+        assert re.search(r"^perseusrun: \| Traceback \(most recent call last\):$", tail, re.M), \
+            show(proc)
+        assert re.search(r"^perseusrun: \| RuntimeError: a bad batch at step 3$", tail, re.M), \
             show(proc)
 
 
@@ -95,6 +125,7 @@ def test_failing_rank_ends_the_job_under_mpirun(how, tmp_path):
     # exit, so its exit-time finalize must not wait for the others.
     env = clean_env()
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x", "PYTHONPATH",
+           "-x", "RANK_ERRORS_MARKER",
            "-x", "PERSEUS_LIBRARY", "-x", "OMP_NUM_THREADS", PYTHON, str(RANKS / "fails.py"),
            "hvd", how, str(tmp_path)]
     proc, took = run(cmd, tmp_path, env)
