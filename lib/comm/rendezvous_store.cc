@@ -1,6 +1,8 @@
 #include "lib/comm/rendezvous_store.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <utility>
 
 #include "lib/comm/error.h"
 
@@ -21,11 +23,69 @@ std::string describe(const std::string &key) {
   return "key '" + key + "'";
 }
 
+// The rank a Gloo key belongs to, or -1.
+int rank_of(const std::string &key) {
+  const std::string digits = key.rfind("rank_", 0) == 0 ? key.substr(5) : key;
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return -1;
+  }
+  return std::stoi(digits);
+}
+
+// A rank that is slow to join is named this soon, long before PERSEUS_INIT_TIMEOUT fails it.
+constexpr auto kNameTheMissingAfter = std::chrono::seconds(10);
+
 }  // namespace
 
 RendezvousStore::RendezvousStore(rendezvous::Client &client, std::string prefix, int rank,
                                  std::chrono::milliseconds timeout)
-    : client_(client), prefix_(std::move(prefix)), rank_(rank), timeout_(timeout) {}
+    : client_(client), prefix_(std::move(prefix)), rank_(rank), timeout_(timeout) {
+  if (timeout_ > kNameTheMissingAfter) reminder_ = std::thread([this] { remind(); });
+}
+
+RendezvousStore::~RendezvousStore() {
+  {
+    std::lock_guard lock(mutex_);
+    closing_ = true;
+  }
+  wake_.notify_all();
+  if (reminder_.joinable()) reminder_.join();
+}
+
+RendezvousStore::WaitingFor::WaitingFor(RendezvousStore &store, const std::string &key)
+    : store_(store) {
+  {
+    std::lock_guard lock(store_.mutex_);
+    store_.waiting_for_ = key;
+    store_.waiting_since_ = std::chrono::steady_clock::now();
+  }
+  store_.wake_.notify_all();
+}
+
+RendezvousStore::WaitingFor::~WaitingFor() {
+  std::lock_guard lock(store_.mutex_);
+  store_.waiting_for_.reset();
+}
+
+// A thread beside the blocking get (a get that times out would break the store's connection):
+// when one key has been awaited kNameTheMissingAfter, it is named once.
+void RendezvousStore::remind() {
+  std::unique_lock lock(mutex_);
+  while (!closing_) {
+    if (!waiting_for_) {
+      wake_.wait(lock);
+      continue;
+    }
+    const std::string key = *waiting_for_;
+    const auto due = waiting_since_ + kNameTheMissingAfter;
+    if (wake_.wait_until(lock, due, [&] { return closing_ || waiting_for_ != key; })) continue;
+    if (waiting_for_ == key && std::chrono::steady_clock::now() >= due) {
+      name_missing(key);
+      return;  // once
+    }
+  }
+}
 
 void RendezvousStore::set(const std::string &key, const std::vector<char> &data) {
   try {
@@ -39,6 +99,7 @@ void RendezvousStore::set(const std::string &key, const std::vector<char> &data)
 std::string RendezvousStore::fetch(const std::string &key, std::chrono::milliseconds timeout) {
   if (auto it = fetched_.find(key); it != fetched_.end()) return it->second;
   try {
+    const WaitingFor waiting(*this, key);
     return fetched_[key] = client_.get(prefix_ + key, timeout);
   } catch (const rendezvous::TimeoutError &) {
     // The key did not come in time: a rank that never called perseus_init, or died first.
@@ -54,6 +115,21 @@ std::string RendezvousStore::fetch(const std::string &key, std::chrono::millisec
                                        describe(key) +
                                        " from the rendezvous store: " + error.what());
   }
+}
+
+// Said on rank 0, and on the others only when it is rank 0 they wait for, so that a job of
+// many ranks prints one line, not one per rank.
+void RendezvousStore::name_missing(const std::string &key) const {
+  const int owner = rank_of(key);
+  if (rank_ != 0 && owner != 0) return;
+  const auto limit = std::chrono::duration_cast<std::chrono::seconds>(timeout_).count();
+  const std::string who = owner >= 0 ? "rank " + std::to_string(owner) : "the rank that sets it";
+  std::fprintf(stderr,
+               "perseus: rank %d: still waiting after %lld s for %s in the rendezvous store: has "
+               "%s called perseus_init (hvd.init())? It is given until PERSEUS_INIT_TIMEOUT "
+               "(%lld s)\n",
+               rank_, static_cast<long long>(kNameTheMissingAfter.count()), describe(key).c_str(),
+               who.c_str(), static_cast<long long>(limit));
 }
 
 std::vector<char> RendezvousStore::get(const std::string &key) {

@@ -4,8 +4,12 @@
 // shared file system or a Redis server.
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gloo/rendezvous/store.h>
@@ -17,9 +21,13 @@ namespace perseus::comm {
 class RendezvousStore : public ::gloo::rendezvous::Store {
  public:
   // Keys are put under `prefix` (a job's successive perseus_init calls use fresh prefixes). A
-  // get waits at most `timeout`. `client` must outlive the store; one thread at a time.
+  // get waits at most `timeout` (naming the rank it waits for on stderr after 10 s). `client` must
+  // outlive the store; one thread at a time.
   RendezvousStore(rendezvous::Client &client, std::string prefix, int rank,
                   std::chrono::milliseconds timeout);
+  ~RendezvousStore() override;
+  RendezvousStore(const RendezvousStore &) = delete;
+  RendezvousStore &operator=(const RendezvousStore &) = delete;
 
   void set(const std::string &key, const std::vector<char> &data) override;
   std::vector<char> get(const std::string &key) override;
@@ -29,6 +37,8 @@ class RendezvousStore : public ::gloo::rendezvous::Store {
 
  private:
   std::string fetch(const std::string &key, std::chrono::milliseconds timeout);
+  // Says on stderr which rank is awaited for a key that has not come within 10 s.
+  void name_missing(const std::string &key) const;
 
   rendezvous::Client &client_;
   std::string prefix_;
@@ -36,6 +46,25 @@ class RendezvousStore : public ::gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
   // What wait() fetched, so that Gloo's get() right after it needs no second round trip.
   std::map<std::string, std::string> fetched_;
+
+  // While fetch waits for a key: the reminder thread names it after 10 s.
+  class WaitingFor {
+   public:
+    WaitingFor(RendezvousStore &store, const std::string &key);
+    ~WaitingFor();
+    WaitingFor(const WaitingFor &) = delete;
+    WaitingFor &operator=(const WaitingFor &) = delete;
+
+   private:
+    RendezvousStore &store_;
+  };
+  void remind();
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::optional<std::string> waiting_for_;
+  std::chrono::steady_clock::time_point waiting_since_;
+  bool closing_ = false;
+  std::thread reminder_;
 };
 
 }  // namespace perseus::comm

@@ -5,11 +5,12 @@
 API: hvd (perseus.torch.horovod), ddp (import perseus + DistributedDataParallel under
 torch.distributed), mxnet (perseus.mxnet). HOW, done by the job's last rank after a few steps:
 raise (an uncaught RuntimeError), exit3 (sys.exit(3)), exit0 (sys.exit(0): it leaves the job
-without an error, so the others' collectives must fail). The other ranks go on calling
+without an error, so the others' collectives must fail), kill (SIGKILL, as the OOM killer). The other ranks go on calling
 collectives; each writes DIR/error.<rank> with what their failed collective said. The failing
 rank writes DIR/failed_at (time.time()) just before it fails, for the test to time the end.
 """
 import os
+import signal
 import sys
 import time
 
@@ -32,6 +33,8 @@ def fail_now():
     os.rename(os.path.join(DIR, "failed_at.tmp"), os.path.join(DIR, "failed_at"))
     if HOW == "raise":
         raise RuntimeError("a bad batch at step %d" % STEPS_BEFORE)
+    if HOW == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
     sys.exit(int(HOW[len("exit"):]))
 
 
