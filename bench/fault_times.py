@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How long a job takes to end after one of its ranks fails, the way training jobs fail
 (issue 15's fault table in bench/RESULTS.md): the last rank of 3 raises, calls sys.exit(3),
-calls sys.exit(0) (leaves cleanly) or is SIGKILLed while the others are in collectives
-(tests/shims/ranks/fails.py), under perseusrun, Open MPI's mpirun and torchrun.
+calls sys.exit(0) (leaves cleanly) or is SIGKILLed while the others are in collectives, or while every rank
+floods a stdout that nobody reads (tests/shims/ranks/fails.py), under perseusrun, Open MPI's mpirun and torchrun.
 
 Prints one table row per case: the median and the range, over --repeat runs, of the seconds
 from the failure (the failing rank's own clock, just before it fails) to the launcher's exit,
@@ -44,6 +44,8 @@ def cases():
         ("perseusrun, perseus.torch.horovod, sys.exit(3)", pr + [PYTHON, FAILS, "hvd", "exit3"]),
         ("perseusrun, perseus.torch.horovod, sys.exit(0)", pr + [PYTHON, FAILS, "hvd", "exit0"]),
         ("perseusrun, perseus.torch.horovod, SIGKILL", pr + [PYTHON, FAILS, "hvd", "kill"]),
+        ("perseusrun, stdout into a pipe nobody reads, SIGKILL",
+         pr + [PYTHON, FAILS, "flood", "kill"]),
         ("perseusrun -x PERSEUS_SHM=0, horovod, raise",
          pr + ["-x", "PERSEUS_SHM=0", PYTHON, FAILS, "hvd", "raise"]),
         ("perseusrun, DDP + import perseus, raise", pr + [PYTHON, FAILS, "ddp", "raise"]),
@@ -81,7 +83,9 @@ def run_once(name, cmd):
                     "PERSEUS_LIBRARY": LIBPERSEUS, "OMP_NUM_THREADS": "1"})
         if "PERSEUS_DDP=0" in name:
             env["PERSEUS_DDP"] = "0"
-        p = subprocess.Popen(cmd + [out], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        # "nobody reads": a pipe this process never reads from (a stalled tee or pager).
+        stdout = subprocess.PIPE if "nobody reads" in name else subprocess.DEVNULL
+        p = subprocess.Popen(cmd + [out], stdin=subprocess.DEVNULL, stdout=stdout,
                              stderr=subprocess.DEVNULL, env=env, start_new_session=True)
         try:
             rc = p.wait(timeout=180)

@@ -3,7 +3,7 @@
     fails.py API HOW DIR
 
 API: hvd (perseus.torch.horovod), ddp (import perseus + DistributedDataParallel under
-torch.distributed), mxnet (perseus.mxnet). HOW, done by the job's last rank after a few steps:
+torch.distributed), mxnet (perseus.mxnet), flood (no collectives: output without end). HOW, done by the job's last rank after a few steps:
 raise (an uncaught RuntimeError), exit3 (sys.exit(3)), exit0 (sys.exit(0): it leaves the job
 without an error, so the others' collectives must fail), kill (SIGKILL, as the OOM killer). The other ranks go on calling
 collectives; each writes DIR/error.<rank> with what their failed collective said. The failing
@@ -55,7 +55,17 @@ def run_steps(step):
         raise
 
 
-if API == "hvd":
+if API == "flood":
+    # No collectives: every rank writes output as fast as it can (for a reader that has stopped
+    # reading); the last rank fails 2 s in, from an alarm, even while blocked in a write.
+    rank, size = rank_and_size()
+    if rank == size - 1:
+        signal.signal(signal.SIGALRM, lambda *_: fail_now())
+        signal.alarm(2)
+    line = "x" * 1023 + "\n"
+    while True:
+        sys.stdout.write(line)
+elif API == "hvd":
     import torch
     import perseus.torch.horovod as hvd
     hvd.init()
