@@ -9,6 +9,7 @@ for on every rank.
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -192,3 +193,21 @@ def test_failing_rank_ends_the_job(how, code, tmp_path):
     else:
         assert re.search(r"perseusrun: rank 2 \(host localhost, pid \d+\) exited with code %d; "
                          r"ending the job" % code, proc.stderr), show(proc)
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="mpirun (Open MPI) is not installed")
+@pytest.mark.parametrize("how,code", [("raise", 1), ("exit3", 3)])
+def test_failing_rank_ends_the_job_under_mpirun(how, code, tmp_path):
+    # The same under Open MPI's mpirun (libperseus meets over MPI): mpirun's fail-fast sees the
+    # rank's exit at once, since its exit-time finalize does not wait for the others.
+    env = clean_env(PYTHONPATH=SHIMS, PERSEUS_LIBRARY=LIBPERSEUS, PERSEUS_SHM="0")
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x", "PYTHONPATH",
+           "-x", "PERSEUS_LIBRARY", "-x", "PERSEUS_SHM", PYTHON,
+           str(ROOT / "tests/shims/ranks/fails.py"), "mxnet", how, str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    took = time.time() - float((tmp_path / "failed_at").read_text())
+    assert proc.returncode == code, show(proc)
+    assert took < 10, "%.1f s from the failure to the end\n%s" % (took, show(proc))
+    assert re.search(r"Process name: \[\[\d+,1\],2\]\s+Exit code:\s+%d" % code,
+                     proc.stdout + proc.stderr), show(proc)
