@@ -92,10 +92,10 @@ def test_stall_reports_come_on_time():
     waited = [int(m.group(1)) for l in tagged(proc.stderr, 0, "stderr") if "'lonely'" in l
               for m in [re.search(r"has waited (\d+) s for ranks 1 ", l)] if m]
     assert len(waited) == 2, show(proc)
-    assert 3 <= waited[0] <= 4 and 6 <= waited[1] <= 7, show(proc)
+    assert 3 <= waited[0] <= 5 and 6 <= waited[1] <= 8, show(proc)  # slack for ASan builds
     for rank in (0, 2):
         lines = [l for l in tagged(proc.stdout, rank) if "lonely: wait returned -5:" in l]
-        assert len(lines) == 1 and re.search(r"given up after [78] s", lines[0]), show(proc)
+        assert len(lines) == 1 and re.search(r"given up after [789] s", lines[0]), show(proc)
 
 
 def test_mismatched_counts_fail_everywhere_and_the_job_goes_on():
