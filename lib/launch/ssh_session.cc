@@ -402,10 +402,13 @@ std::string SshSession::relay(const std::string &command, int relay, int stderr_
   ChannelRelay link(session_, channel, socket_.get(), relay, stderr_fd);
   while (!stop && link.step()) link.wait();
   // A lost connection has nothing left to close, and a stopped one (the launcher gave up on
-  // the host, which may not answer at all) is not waited for: the session's deleter
-  // disconnects and frees the channel, and the agent ends when its input does.
-  if (!link.lost().empty()) return link.lost();
-  if (stop) return "";
+  // the host, which may not answer at all) is not waited for: its socket is shut, so that the
+  // session's deleter fails at once instead of waiting out its timeout (after which libssh2
+  // would leave the session unfreed), and the agent ends when its input does.
+  if (!link.lost().empty() || stop) {
+    shutdown(socket_.get(), SHUT_RDWR);
+    return link.lost();
+  }
   libssh2_session_set_blocking(session_, 1);
   libssh2_session_set_timeout(session_, 2000);
   libssh2_channel_close(channel);
