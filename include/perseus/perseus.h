@@ -19,9 +19,12 @@
  * (PERSEUS_RANK, PERSEUS_SIZE, ...) and the job's rendezvous store; or under Open MPI's mpirun
  * (OMPI_COMM_WORLD_*) or Slurm's srun with Open MPI present, where MPI carries the rendezvous.
  *
- * Tuning (environment, read by perseus_init; defaults in lib/comm/README.md):
- * PERSEUS_FUSION_THRESHOLD (bytes), PERSEUS_CYCLE_TIME (ms), PERSEUS_STALL_CHECK_SECONDS,
- * PERSEUS_STALL_SHUTDOWN_SECONDS, PERSEUS_TIMELINE (a Chrome trace file, written by rank 0). */
+ * Tuning (environment, read by perseus_init; what each does and its default: the table in
+ * lib/comm/README.md): PERSEUS_FUSION_THRESHOLD (bytes), PERSEUS_CYCLE_TIME (ms),
+ * PERSEUS_STALL_CHECK_SECONDS, PERSEUS_STALL_SHUTDOWN_SECONDS, PERSEUS_SHUTDOWN_TIMEOUT_SECONDS,
+ * PERSEUS_TIMELINE (a Chrome trace file, written by rank 0), PERSEUS_INIT_TIMEOUT,
+ * PERSEUS_COLLECTIVE_TIMEOUT, PERSEUS_GLOO_IFACE, PERSEUS_SHM, PERSEUS_ALLREDUCE_STREAMS,
+ * PERSEUS_HIERARCHICAL_ALLREDUCE, PERSEUS_MPI_LIBRARY, PERSEUS_MPI_BOOTSTRAP_ADDR. */
 #ifndef PERSEUS_PERSEUS_H_
 #define PERSEUS_PERSEUS_H_
 
