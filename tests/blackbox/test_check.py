@@ -216,6 +216,25 @@ def test_check_json_local_aliases(launcher):
     assert doc["can_start"] is True, str(res)
 
 
+def test_check_with_an_unreachable_host(launcher):
+    """One host that cannot be reached (a name that does not resolve): the reachable one still
+    shows the ranks it would run, in both forms; each message names the lost host once."""
+    args = ["--check", "-H", "localhost:2,nosuch.invalid:1"]
+    res = launcher.run(args)
+    assert res.rc == 1, str(res)
+    assert re.search(r"^host localhost \(.*, 2 ranks\)$", res.out, re.M), str(res)
+    lines = [l for l in res.out.splitlines() if "nosuch.invalid" in l]
+    assert len(lines) == 2, str(res)  # its UNREACHABLE line and its blocker
+    for line in lines:
+        assert line.count("host nosuch.invalid") == 1, line
+        assert "cannot resolve" in line, line
+    doc = check_json(launcher.run(args[:1] + ["--json"] + args[1:]))
+    assert [h["ranks"] for h in doc["hosts"]] == [2, 1], doc
+    assert [h["reachable"] for h in doc["hosts"]] == [True, False], doc
+    assert doc["hosts"][1]["error"].startswith("cannot resolve the name"), doc
+    assert doc["blockers"] == ["host nosuch.invalid: " + doc["hosts"][1]["error"]], doc
+
+
 def test_check_free_master_port(launcher):
     """A free --master-port is reported as free on rank 0's host and blocks nothing."""
     port = free_port()
