@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "lib/launch/errors.h"
@@ -141,6 +142,66 @@ std::string suggestion(const CLI::App &app, const std::string &word) {
   return best.empty() ? "" : " (did you mean " + best + "?)";
 }
 
+// Characters that look like '-' in documents (word processors turn "-np" into "–np").
+struct DashLike {
+  const char *utf8;
+  const char *name;
+};
+constexpr DashLike kDashLikes[] = {
+    {"\u2013", "an en dash (U+2013)"},
+    {"\u2014", "an em dash (U+2014)"},
+    {"\u2212", "a minus sign (U+2212)"},
+    {"\u2010", "a hyphen (U+2010)"},
+    {"\u2011", "a non-breaking hyphen (U+2011)"},
+    {"\u2012", "a figure dash (U+2012)"},
+    {"\u2015", "a horizontal bar (U+2015)"},
+    {"\ufe63", "a small hyphen-minus (U+FE63)"},
+    {"\uff0d", "a fullwidth hyphen-minus (U+FF0D)"},
+};
+
+const DashLike *dash_like_at(const std::string &word, size_t at) {
+  for (const DashLike &dash : kDashLikes) {
+    if (word.compare(at, std::strlen(dash.utf8), dash.utf8) == 0) return &dash;
+  }
+  return nullptr;
+}
+
+// True when `word` is an option word split_options accepts ("-np", "--np=4", "-x", "-xA=1").
+bool names_option(const CLI::App &app, const std::string &word) {
+  if (word.size() < 2 || word[0] != '-') return false;
+  const std::string name = word.substr(0, word.find('='));
+  if (find_option(app, name) || (word[1] != '-' && find_option(app, "-" + name))) return true;
+  return word[1] != '-' && find_option(app, word.substr(0, 2));
+}
+
+// The program word "–np" is an option pasted from a document: refuse it, with the ASCII
+// spelling when that names an option. After "--" a program may have any name.
+void refuse_dash_like(const CLI::App &app, const std::string &word) {
+  const DashLike *first = dash_like_at(word, 0);
+  if (!first) return;
+  std::string ascii;
+  size_t at = 0;
+  while (at < word.size()) {
+    if (word[at] == '-') {
+      ascii += '-';
+      ++at;
+    } else if (const DashLike *dash = dash_like_at(word, at)) {
+      ascii += '-';
+      at += std::strlen(dash->utf8);
+    } else {
+      break;
+    }
+  }
+  ascii += word.substr(at);
+  const std::string start = "'" + word + "' starts with " + first->name;
+  if (names_option(app, ascii)) {
+    throw InputError(start + ", not '-': did you mean " + ascii + "?");
+  }
+  throw InputError(start +
+                   ", a dash-like character, not '-'; no program is run by that name: "
+                   "type the dash as '-', or put -- before a program so named");
+}
+
 // "-np $UNSET" is an error, not the default.
 [[noreturn]] void refuse_empty(const std::string &flag) {
   throw InputError(flag + " '': expected a value; leave " + flag + " out to get its default");
@@ -156,7 +217,10 @@ std::vector<std::string> split_options(const CLI::App &app, const std::vector<st
       ++i;
       break;
     }
-    if (word.size() < 2 || word[0] != '-') break;
+    if (word.size() < 2 || word[0] != '-') {
+      refuse_dash_like(app, word);
+      break;
+    }
     const bool has_value = word.find('=') != std::string::npos;
     std::string name = word.substr(0, word.find('='));
     if (word[1] != '-' && name.size() > 2 && find_option(app, "-" + name)) {

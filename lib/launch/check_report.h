@@ -16,7 +16,7 @@ struct HostFindings {
   std::string error;          // why the host could not be checked; "" when it was
   std::string agent_version;  // from its Hello
   std::string hostname;
-  int ranks = 0;  // ranks the job would run there (0 when unknown)
+  int ranks = 0;  // ranks the job would run there (0 when it cannot be placed)
   std::optional<CheckReport> report;
 };
 

@@ -52,19 +52,23 @@ void reach(const LaunchConfig &config, std::vector<Target> &targets) {
       t.found.agent_version = t.hello->version;
       t.found.hostname = t.hello->hostname;
     } catch (const std::exception &error) {
-      t.found.error = error.what();
+      t.found.error = without_host_prefix(error.what(), t.spec.host);
     }
   }
 }
 
 // Ranks per host as the launch would place them; returns the key (user@host) of rank 0's host.
+// A host that could not be reached counts as one without GPUs (its bare mentions 1 slot), so
+// that the others still show what they would run.
 std::string place(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
                   std::vector<Target> &targets) {
+  static const Hello kUnreached;
   const auto hello_of = [&](const std::string &user, const std::string &host) -> const Hello & {
     const std::string key = host_key(user, host);
-    return *std::find_if(targets.begin(), targets.end(), [&](const Target &t) {
-              return host_key(t.spec.user, t.spec.host) == key;
-            })->hello;
+    const Target &target = *std::find_if(targets.begin(), targets.end(), [&](const Target &t) {
+      return host_key(t.spec.user, t.spec.host) == key;
+    });
+    return target.hello ? *target.hello : kUnreached;
   };
   const JobPlan plan = plan_job(
       config, mentions, slots_from_hellos([&](const HostSpec &s) -> const Hello & {
@@ -92,7 +96,7 @@ void ask(const LaunchConfig &config, Target &t, const std::string &rank0_host, l
     t.found.report = decode_check_report(
         receive_frame(*t.link, FrameType::kCheckReport, deadline).payload, channel.peer());
   } catch (const std::exception &error) {
-    t.found.error = error.what();
+    t.found.error = without_host_prefix(error.what(), t.spec.host);
   }
 }
 
@@ -104,10 +108,13 @@ int run_check(const LaunchConfig &config) {
   reach(config, targets);
   std::vector<std::string> placement_problems;
   std::string rank0_host;
-  if (std::all_of(targets.begin(), targets.end(), [](const Target &t) { return t.hello; })) {
-    try {
-      rank0_host = place(config, mentions, targets);
-    } catch (const std::exception &error) {
+  const bool all_reached =
+      std::all_of(targets.begin(), targets.end(), [](const Target &t) { return t.hello; });
+  try {
+    rank0_host = place(config, mentions, targets);
+  } catch (const std::exception &error) {
+    // Without every host's slots a failed placement may be the unreached hosts' doing.
+    if (all_reached) {
       placement_problems.push_back(std::string("the job cannot be placed: ") + error.what());
     }
   }

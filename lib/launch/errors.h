@@ -35,4 +35,11 @@ class LaunchError : public std::runtime_error {
   int exit_code_;
 };
 
+// `text` without a leading "host HOST: ", for messages that name the host already (errors of
+// an SSH session or agent link start with it).
+inline std::string without_host_prefix(const std::string &text, const std::string &host) {
+  const std::string prefix = "host " + host + ": ";
+  return text.compare(0, prefix.size(), prefix) == 0 ? text.substr(prefix.size()) : text;
+}
+
 }  // namespace perseus::launch

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "lib/launch/errors.h"
+#include "lib/launch/host_identity.h"
 #include "lib/launch/host_list_parser.h"
 #include "lib/launch/hostfile_parser.h"
 
@@ -131,7 +132,7 @@ std::vector<HostSpec> host_mentions(const LaunchConfig &config) {
   }
   if (!config.hostfile.empty()) mentions = read_hostfile(config.hostfile);
   if (mentions.empty()) mentions.push_back(HostSpec{"", "localhost", {}, {}, "default"});
-  return mentions;
+  return unify_host_names(std::move(mentions), resolve_host);
 }
 
 BareSlots slots_from_hellos(const std::function<const Hello &(const HostSpec &)> &hello_of) {

@@ -29,7 +29,8 @@ EnvironmentChanges exported_environment(const LaunchConfig &config, const Enviro
                                         std::vector<std::string> &warnings);
 
 // The host mentions of a configuration: -H, the hostfile, or this machine alone (origin
-// "default"). Both -H and a hostfile is an InputError.
+// "default"), with the names of one machine unified (host_identity.h). Both -H and a hostfile
+// is an InputError.
 std::vector<HostSpec> host_mentions(const LaunchConfig &config);
 
 // Slots of bare mentions: the host's GPU count when its agent found GPUs; for the default host

@@ -95,12 +95,6 @@ std::string signal_name(int signal) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
 }
 
-// `text` without a leading "host HOST: ", for messages that name the host already.
-std::string without_host(const std::string &text, const std::string &host) {
-  const std::string prefix = "host " + host + ": ";
-  return text.compare(0, prefix.size(), prefix) == 0 ? text.substr(prefix.size()) : text;
-}
-
 // "rank 2 (host h, pid 42) exited with code 9" or "... was killed by signal 9 (SIGKILL)".
 std::string describe_exit(const RankExited &exited, const std::string &host) {
   const std::string who = "rank " + std::to_string(exited.rank) + " (host " + host + ", pid " +
@@ -566,8 +560,8 @@ void Launcher::publish_lost_ranks(const Agent &agent, const std::string &why) {
       continue;
     }
     const std::string note = "rank " + std::to_string(place.rank) + " was lost with host " +
-                             agent.link->host() + " (" + without_host(why, agent.link->host()) +
-                             ")";
+                             agent.link->host() + " (" +
+                             without_host_prefix(why, agent.link->host()) + ")";
     rendezvous_->publish("perseus/exit/" + std::to_string(place.rank), note);
     if (!first_exit_published_) {
       rendezvous_->publish("perseus/exit/first", note);

@@ -12,6 +12,23 @@ def test_unknown_flag(launcher, flag):
     expect_usage_error(launcher, [flag, "-np", "1", "-H", "localhost:1"], flag)
 
 
+@pytest.mark.parametrize("args,word,dash,fix", [
+    (["\u2013np", "2", "\u2013npernode", "2"], "\u2013np", "an en dash (U+2013)", "-np"),
+    (["-np", "2", "\u2014npernode", "2"], "\u2014npernode", "an em dash (U+2014)", "-npernode"),
+])
+def test_option_with_a_dash_like_character(launcher, args, word, dash, fix):
+    """The seed's "mpirun \u2013np 32 \u2013npernode 8" as pasted from a document: a usage error
+    naming the word, the character and the option meant, not "cannot run '\u2013np'"."""
+    res = expect_usage_error(launcher, args + ["-H", "localhost:2"])
+    assert ("perseusrun: error: '%s' starts with %s, not '-': did you mean %s?" % (word, dash, fix)
+            in res.err), str(res)
+
+
+def test_unknown_word_with_a_dash_like_character(launcher):
+    res = expect_usage_error(launcher, ["-np", "1", "\u2013frobnicate"], "a dash-like character")
+    assert "did you mean" not in res.err, str(res)
+
+
 def test_unknown_flag_after_valid_ones(launcher):
     expect_usage_error(launcher, ["-np", "1", "--no-such-option", "3"], "--no-such-option")
 

@@ -205,16 +205,34 @@ def test_check_json_threshold(launcher):
 
 
 def test_check_json_local_aliases(launcher):
-    """-H localhost:2,127.0.0.1:1: two hosts (separate agents), in order, each reachable with
-    the ranks it would run."""
+    """-H localhost:2,127.0.0.1:1: names of this machine are one host (one agent), named as
+    first mentioned, reachable, with the 3 ranks it would run."""
     res = launcher.run(["--check", "--json", "-H", "localhost:2,127.0.0.1:1"])
     assert res.rc == 0, str(res)
     doc = check_json(res)
-    assert [h["host"] for h in doc["hosts"]] == ["localhost", "127.0.0.1"], str(res)
-    for entry in doc["hosts"]:
-        assert_no_driver_host(entry, res)
-    assert [h["ranks"] for h in doc["hosts"]] == [2, 1], str(res)
+    assert [h["host"] for h in doc["hosts"]] == ["localhost"], str(res)
+    assert_no_driver_host(doc["hosts"][0], res)
+    assert doc["hosts"][0]["ranks"] == 3, str(res)
     assert doc["can_start"] is True, str(res)
+
+
+def test_check_with_an_unreachable_host(launcher):
+    """One host that cannot be reached (a name that does not resolve): the reachable one still
+    shows the ranks it would run, in both forms; each message names the lost host once."""
+    args = ["--check", "-H", "localhost:2,nosuch.invalid:1"]
+    res = launcher.run(args)
+    assert res.rc == 1, str(res)
+    assert re.search(r"^host localhost \(.*, 2 ranks\)$", res.out, re.M), str(res)
+    lines = [l for l in res.out.splitlines() if "nosuch.invalid" in l]
+    assert len(lines) == 2, str(res)  # its UNREACHABLE line and its blocker
+    for line in lines:
+        assert line.count("host nosuch.invalid") == 1, line
+        assert "cannot resolve" in line, line
+    doc = check_json(launcher.run(args[:1] + ["--json"] + args[1:]))
+    assert [h["ranks"] for h in doc["hosts"]] == [2, 1], doc
+    assert [h["reachable"] for h in doc["hosts"]] == [True, False], doc
+    assert doc["hosts"][1]["error"].startswith("cannot resolve the name"), doc
+    assert doc["blockers"] == ["host nosuch.invalid: " + doc["hosts"][1]["error"]], doc
 
 
 def test_check_free_master_port(launcher):

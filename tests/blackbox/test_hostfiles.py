@@ -1,6 +1,7 @@
 """Open MPI hostfiles: comments, blank lines, slots, max_slots, repeated hosts, bare lines,
 local-host aliases, and the error format of a malformed file."""
 
+import os
 import re
 import socket
 
@@ -66,6 +67,39 @@ def test_local_aliases(launcher, alias):
     host = socket.gethostname() if alias == "hostname" else alias
     hf = hostfile(launcher, "%s slots=2\n" % host)
     run_env_job(launcher, ["-hostfile", hf], 2)
+
+
+def clear_out(launcher):
+    """Forgets what the last job's ranks left, for a second job in the same test."""
+    for name in os.listdir(launcher.out):
+        os.remove(launcher.out / name)
+
+
+def test_names_of_this_machine_are_one_host(launcher):
+    """-H localhost:1,127.0.0.1:2 is one host with 3 slots, as under mpirun: one node, local
+    ranks 0..2 across both names (PERSEUS_LOCAL_RANK, LOCAL_SIZE 3, NODE_RANK 0 and the rest
+    of the single-host variables), and CUDA_VISIBLE_DEVICES follows the local ranks."""
+    res, by_rank = run_env_job(launcher, ["-H", "localhost:1,127.0.0.1:2"], 3)
+    assert [by_rank[r]["PERSEUS_LOCAL_RANK"] for r in range(3)] == ["0", "1", "2"], str(res)
+    assert {by_rank[r]["PERSEUS_LOCAL_SIZE"] for r in range(3)} == {"3"}, str(res)
+    assert {by_rank[r]["PERSEUS_NODE_RANK"] for r in range(3)} == {"0"}, str(res)
+    clear_out(launcher)
+    _, isolated = run_env_job(launcher, ["--gpu-bind", "isolate", "-H", "localhost:1,127.0.0.1:2"],
+                              3, extra={"CUDA_VISIBLE_DEVICES": str})
+    assert [isolated[r]["CUDA_VISIBLE_DEVICES"] for r in range(3)] == ["0", "1", "2"]
+
+
+def test_usage_hostfile_example_is_one_host(launcher):
+    """The hostfile of docs/USAGE.md without its remote line: localhost, 127.0.0.1 and ::1 are
+    one host of 12 slots (max_slots 16 holds for the sum); --display-map shows one node."""
+    hf = hostfile(launcher, "# comments start with '#', also after an entry\n"
+                            "localhost slots=8 max_slots=16      # slots and an upper limit\n"
+                            "127.0.0.1 slots=2\n"
+                            "::1 slots=2                         # IPv6 as written\n")
+    res, _ = run_env_job(launcher, ["--display-map", "-np", "4", "-hostfile", hf], 4)
+    assert "localhost" in res.err and "127.0.0.1" not in res.err and "::1" not in res.err, str(res)
+    clear_out(launcher)
+    expect_usage_error(launcher, ["-np", "17", "--oversubscribe", "-hostfile", hf], "16")
 
 
 def test_no_entries(launcher):

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import os
+import pwd
 import re
 import signal
 import socket
@@ -23,6 +24,10 @@ import time
 import pytest
 
 from conftest import PY, REPO, untag
+
+# A second host on this machine: names of one machine are one host (one agent), unless the
+# users differ; perseusrun's own user written out is a host apart from "localhost".
+TWIN = "%s@localhost" % pwd.getpwuid(os.getuid()).pw_name
 
 PROBE = os.environ.get("RENDEZVOUS_PROBE") or str(REPO / "build" / "tests" / "tools" /
                                                    "rendezvous_probe")
@@ -247,8 +252,9 @@ def test_probe_three_local_ranks(launcher, probe):
 
 
 def test_probe_four_ranks_over_two_local_aliases(launcher, probe):
-    """Two agents on this machine (localhost and 127.0.0.1), each with its own secret file."""
-    res = launcher.run(["-np", "4", "-H", "localhost:2,127.0.0.1:2", probe, launcher.marker])
+    """Two agents on this machine (localhost and USER@localhost: two hosts, as the users
+    differ), each with its own secret file."""
+    res = launcher.run(["-np", "4", "-H", "localhost:2,%s:2" % TWIN, probe, launcher.marker])
     check_probe(res, 4)
 
 
@@ -292,11 +298,11 @@ def test_probe_over_ssh_hosts(launcher, probe, hosts):
 # ---- the secret ------------------------------------------------------------------------------------
 
 def test_secret_file_and_where_the_secret_is_not(launcher):
-    """Three ranks under two agents (localhost, 127.0.0.1): each sees a 0600 file of 32 bytes in a
+    """Three ranks under two agents (localhost, USER@localhost): each sees a 0600 file of 32 bytes in a
     0700 folder of its own user; the secret is the same for all, in no rank's environment and in
     no process's command line or environment; the store listens on 127.0.0.1 only, MASTER_ADDR is
     127.0.0.1; when perseusrun has exited, the files and folders are gone."""
-    res = launcher.run(["-v", "-H", "localhost:2,127.0.0.1:1", PY, launcher.prog(SECRET_BODY)])
+    res = launcher.run(["-v", "-H", "localhost:2,%s:1" % TWIN, PY, launcher.prog(SECRET_BODY)])
     assert res.rc == 0, str(res)
     reports = [json.loads(launcher.read("secret.%d" % r)) for r in range(3)]
     bad = []
@@ -329,7 +335,7 @@ def test_secret_folders_removed_when_perseusrun_is_ended(launcher, sig):
     files and their folders go with the job."""
     prog = launcher.prog("put('path.%d' % RANK, os.environ['PERSEUS_SECRET_FILE'])\n"
                          "sleep_for(25)\n")
-    p = launcher.start(["-H", "localhost:2,127.0.0.1:1", PY, prog])
+    p = launcher.start(["-H", "localhost:2,%s:1" % TWIN, PY, prog])
     launcher.wait_files("path.", 3, proc=p)
     paths = {launcher.read("path.%d" % r).decode() for r in range(3)}
     assert len(paths) == 2 and all(os.path.isfile(x) for x in paths), paths

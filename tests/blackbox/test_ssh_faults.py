@@ -170,11 +170,9 @@ def test_job_with_quiet_ranks_outlives_many_heartbeats(launcher, hosts):
         "[1,%d]<stdout>:done %d" % (r, r) for r in range(3)], str(res)
 
 
-def test_ssh_handshake_timeout_says_so(launcher, hosts):
-    """A port on the first host that accepts connections and never says anything (not sshd):
-    with --ssh-connect-timeout 2 the error says the handshake timed out, names the host, the
-    seconds and the flag, and does not blame ciphers or Terrapin."""
-    port = 2222
+def silent_listener(hosts, port):
+    """A plain Python socket in the first host's namespace that accepts TCP connections and
+    never sends a byte (not sshd). Returns the process; kill it when done."""
     listener = subprocess.Popen(
         ["ip", "netns", "exec", hosts.namespaces[0], PY, "-c",
          "import socket, sys, time\n"
@@ -184,9 +182,17 @@ def test_ssh_handshake_timeout_says_so(launcher, hosts):
          "conns = []\n"
          "while True: conns.append(s.accept())\n",
          hosts.addresses[0], str(port)], stdout=subprocess.PIPE, text=True)
+    assert listener.stdout.readline().strip() == "ready"
+    return listener
+
+
+def test_ssh_handshake_timeout_says_so(launcher, hosts):
+    """A port on the first host that accepts connections and never says anything (not sshd):
+    with --ssh-connect-timeout 2 the error says the handshake timed out, names the host, the
+    seconds and the flag, and does not blame ciphers or Terrapin."""
+    listener = silent_listener(hosts, 2222)
     try:
-        assert listener.stdout.readline().strip() == "ready"
-        res = launcher.run(["--ssh-port", str(port), "--ssh-connect-timeout", "2",
+        res = launcher.run(["--ssh-port", "2222", "--ssh-connect-timeout", "2",
                             "-H", hosts.addresses[0], PY, launcher.prog("put('ran')\n")],
                            env=ssh_env(launcher, hosts.home))
     finally:
@@ -197,7 +203,35 @@ def test_ssh_handshake_timeout_says_so(launcher, hosts):
     error = lost_host_error(res, hosts.addresses[0])
     assert "timed out" in error and "2 s" in error and "--ssh-connect-timeout" in error, error
     assert "Terrapin" not in error and "cipher" not in error, error
+    assert error.count("host %s" % hosts.addresses[0]) == 1, error
     assert launcher.started() == [], str(res)
+
+
+def test_check_of_a_server_that_sends_no_greeting(launcher, hosts):
+    """perseusrun --check of the same silent server: its host is UNREACHABLE because the SSH
+    handshake timed out, named once per line, with no word of ciphers or Terrapin; the local
+    host beside it still shows the ranks it would run."""
+    address = hosts.addresses[0]
+    listener = silent_listener(hosts, 2222)
+    try:
+        res = launcher.run(["--check", "--ssh-port", "2222", "--ssh-connect-timeout", "2",
+                            "-H", "localhost:2,%s:1" % address],
+                           env=ssh_env(launcher, hosts.home))
+    finally:
+        listener.kill()
+        listener.wait(10)
+    assert res.rc == 1, str(res)
+    assert res.elapsed < 15, str(res)
+    assert re.search(r"^host localhost \(.*, 2 ranks\)$", res.out, re.M), str(res)
+    lines = [l for l in res.out.splitlines() if address in l]
+    assert len(lines) == 2, str(res)
+    assert lines[0].startswith("host %s: UNREACHABLE: the SSH handshake timed out" % address), (
+        str(res))
+    assert lines[1].startswith("BLOCKS THE JOB: host %s: the SSH handshake timed out" % address), (
+        str(res))
+    for line in lines:
+        assert line.count("host %s" % address) == 1, line
+        assert "Terrapin" not in line and "cipher" not in line, line
 
 
 PEER_LOSS = os.environ.get("PERSEUS_PEER_LOSS_TEST") or os.path.join(

@@ -191,6 +191,33 @@ TEST_CASE("options stop at the program") {
   CHECK(joined(parse({"-np", "1", "-", "x"}).command) == "<-> <x>");
 }
 
+TEST_CASE("an option spelled with a dash-like character is refused, naming it") {
+  // The seed's "mpirun –np 32 –npernode 8", as pasted from a document.
+  CHECK(error_of({"\u2013np", "32", "\u2013npernode", "8", "./train.sh"}) ==
+        "'\u2013np' starts with an en dash (U+2013), not '-': did you mean -np?");
+  CHECK(error_of({"-np", "32", "\u2013npernode", "8", "./train.sh"}) ==
+        "'\u2013npernode' starts with an en dash (U+2013), not '-': did you mean -npernode?");
+  CHECK(error_of({"\u2014hostfile", "f", "./train.sh"}) ==
+        "'\u2014hostfile' starts with an em dash (U+2014), not '-': did you mean -hostfile?");
+  // Two of them, or one and a '-', stand for "--"; attached values are kept.
+  CHECK(error_of({"\u2013\u2013np=4", "x"}).find("did you mean --np=4?") != std::string::npos);
+  CHECK(error_of({"\u2013-oversubscribe", "x"}).find("did you mean --oversubscribe?") !=
+        std::string::npos);
+  CHECK(error_of({"\u2212x", "A=1", "x"}) ==
+        "'\u2212x' starts with a minus sign (U+2212), not '-': did you mean -x?");
+  // Not an option either way: said to be a dash-like character, no suggestion.
+  const std::string other = error_of({"\u2013frobnicate", "x"});
+  CHECK(other.find("'\u2013frobnicate' starts with an en dash (U+2013), a dash-like character, "
+                   "not '-'") == 0);
+  CHECK(other.find("did you mean") == std::string::npos);
+  CHECK(other.find("put -- before") != std::string::npos);
+  // After "--", and among the program's own arguments, any word goes.
+  CHECK(joined(parse({"--", "\u2013np", "3"}).command) == "<\u2013np> <3>");
+  CHECK(joined(parse({"./run", "\u2013np", "3"}).command) == "<./run> <\u2013np> <3>");
+  // A dash-like character inside a word, not at its start, is not an option spelling.
+  CHECK(joined(parse({"a\u2013b"}).command) == "<a\u2013b>");
+}
+
 TEST_CASE("-- ends the options") {
   CHECK(joined(parse({"-np", "4", "--", "python", "-u", "train.py", "--epochs", "3"}).command) ==
         "<python> <-u> <train.py> <--epochs> <3>");
