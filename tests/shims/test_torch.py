@@ -147,6 +147,37 @@ def test_ddp_without_any_launcher_single_process(tmp_path):
     assert "perseus:" not in proc.stderr, show(proc)
 
 
+def alone_env(**extra):
+    """clean_env without torchrun's variables either: a process that no launcher started."""
+    env = clean_env(**extra)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                 "TORCHELASTIC_RUN_ID"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def test_horovod_api_alone_is_a_job_of_one():
+    # `python script.py`, no launcher: rank 0 of 1; every op on every dtype and odd shapes gives
+    # its input back (on CUDA too where there is a GPU), a process set of [0], join, init again.
+    proc = subprocess.run([PYTHON, str(RANKS / "alone.py")], capture_output=True, text=True,
+                          errors="replace", timeout=TIMEOUT, env=alone_env(),
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, show(proc)
+    passed = re.findall(r"^alone: (\d+) checks passed$", proc.stdout, re.M)
+    assert len(passed) == 1 and int(passed[0]) > 1000, show(proc)
+    assert "perseus:" not in proc.stderr, show(proc)
+
+
+def test_torchrun_variables_without_perseusrun_are_refused_by_name():
+    code = "import perseus.torch as hvd\ntry:\n    hvd.init()\nexcept hvd.PerseusError as e:\n" \
+           "    print('error:', e)\n"
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=alone_env(RANK="1", WORLD_SIZE="2"))
+    assert "perseus_init: PERSEUS_RENDEZVOUS_ADDR is not set" in proc.stdout, show(proc)
+    assert "(RANK=1, WORLD_SIZE=2)" in proc.stdout, show(proc)
+
+
 def test_missing_library_is_a_clear_error():
     code = "import perseus.torch as hvd\ntry:\n    hvd.init()\nexcept hvd.PerseusError as e:\n" \
            "    print('error:', e)\n"
@@ -161,3 +192,4 @@ def test_horovod_conformance(n):
     # flight raises ValueError at once; join with allgather/broadcast; averaged gradients of
     # allgather and broadcast; int16.
     expect_all_passed(run_ranks(n, "conformance.py"), n, "conformance")
+
