@@ -193,3 +193,41 @@ def test_horovod_conformance(n):
     # allgather and broadcast; int16.
     expect_all_passed(run_ranks(n, "conformance.py"), n, "conformance")
 
+
+def test_duplicate_parameter_names_are_named_with_the_fix():
+    # Two models' named_parameters merged: the same names twice. The error names them (the
+    # first five, then how many more) and says to prefix them; prefixed, the optimizer works.
+    code = """if True:
+        import torch, perseus.torch as hvd
+        hvd.init()
+        a, b = torch.nn.Linear(2, 3), torch.nn.Linear(2, 3)
+        params = list(a.parameters()) + list(b.parameters())
+        def make(named, ps=params):
+            return hvd.DistributedOptimizer(torch.optim.SGD(ps, lr=0.1), named_parameters=named)
+        try:
+            make(list(a.named_parameters()) + list(b.named_parameters()))
+        except ValueError as e:
+            print("error 1:", e)
+        wide = [torch.nn.Linear(1, 1, bias=False) for _ in range(7)]
+        ps = [m.weight for m in wide]
+        try:
+            make([("w%d" % (i % 7), p) for i, p in enumerate(ps + ps)], ps + ps)
+        except ValueError as e:
+            print("error 2:", e)
+        opt = make([("a." + n, p) for n, p in a.named_parameters()] +
+                   [("b." + n, p) for n, p in b.named_parameters()])
+        (a(torch.ones(4, 2)).sum() + b(torch.ones(4, 2)).sum()).backward()
+        opt.step()
+        print("prefixed: ok")
+        """
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=alone_env())
+    assert proc.returncode == 0, show(proc)
+    first = re.search(r"^error 1: (.*)$", proc.stdout, re.M).group(1)
+    assert first.startswith("named_parameters has 2 duplicate name(s): 'weight', 'bias'. "), \
+        show(proc)
+    assert "prefix each model's names" in first and "('a.' + n, p)" in first, show(proc)
+    second = re.search(r"^error 2: (.*)$", proc.stdout, re.M).group(1)
+    assert "has 7 duplicate name(s): 'w0', 'w1', 'w2', 'w3', 'w4' and 2 more. " in second, \
+        show(proc)
+    assert "prefixed: ok" in proc.stdout, show(proc)
