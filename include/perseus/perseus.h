@@ -88,12 +88,17 @@ PERSEUS_API int perseus_version(void);
 PERSEUS_API int perseus_gloo_built(void);
 PERSEUS_API int perseus_nccl_built(void);
 
-/* Joins the job: reads the rank's place from the environment perseusrun sets, meets the other
- * ranks through the job's rendezvous store and connects to each of them. Collective: every rank
- * must call it. Waits at most PERSEUS_INIT_TIMEOUT seconds (default 60) for the store and for
- * the peers. Calling it again while initialised does nothing; after perseus_finalize it joins
- * again (again on every rank). Sets SIGPIPE to be ignored when its action is the default, so that
- * a peer's death is reported as PERSEUS_ERROR_COMMUNICATION instead of killing this rank. */
+/* Joins the job: reads the rank's place from the environment perseusrun sets (or MPI's, under
+ * Open MPI's mpirun or srun), meets the other ranks through the job's rendezvous store and
+ * connects to each of them. Collective: every rank must call it. In a process that no launcher
+ * started (none of perseusrun's, MPI's, Slurm's, torchrun's or horovodrun's rank variables
+ * set) it makes a job of one rank, as Horovod does: rank 0 of 1, every operation gives back its
+ * input, and nothing listens or connects. Some of a launcher's variables without perseusrun's
+ * full set fail with PERSEUS_ERROR_RENDEZVOUS naming them. Waits at most PERSEUS_INIT_TIMEOUT
+ * seconds (default 60) for the store and for the peers. Calling it again while initialised does
+ * nothing; after perseus_finalize it joins again (again on every rank). Sets SIGPIPE to be ignored
+ * when its action is the default, so that a peer's death is reported as PERSEUS_ERROR_COMMUNICATION
+ * instead of killing this rank. */
 PERSEUS_API int perseus_init(void);
 /* Leaves the job, as Horovod's shutdown does: the next cycle of the background thread tells
  * every rank, and the job is then over for all of them. Operations that every rank had submitted

@@ -130,6 +130,22 @@ void prepare_for_exit() {
 
 const char *lookup(const char *variable) { return std::getenv(variable); }
 
+// How perseus_init joins: through MPI under an MPI launcher; alone, as a job of one rank, when
+// no launcher's variable is set; else through perseusrun's variables (which names the missing
+// ones when they are incomplete).
+std::unique_ptr<Runtime> start_runtime(EngineSettings settings, int generation) {
+  if (started_by_mpi(lookup)) {
+    MpiBootstrap joined = bootstrap_through_mpi(lookup);
+    return std::make_unique<Runtime>(std::move(joined.job), joined.secret, std::move(settings),
+                                     generation);
+  }
+  if (launcher_variables(lookup).empty()) {
+    return Runtime::alone(alone_job_environment(lookup), std::move(settings), generation);
+  }
+  return std::make_unique<Runtime>(read_job_environment(lookup), std::nullopt, std::move(settings),
+                                   generation);
+}
+
 // The handle perseus.h calls perseus_request_t: the caller's share of the request.
 struct Handle {
   std::shared_ptr<Request> request;
@@ -188,14 +204,7 @@ PERSEUS_API int perseus_init(void) {
     prepare_for_exit();
     const int generation = state().generation++;
     auto settings = read_engine_settings(lookup);
-    if (started_by_mpi(lookup)) {
-      MpiBootstrap joined = bootstrap_through_mpi(lookup);
-      state().runtime = std::make_unique<Runtime>(std::move(joined.job), joined.secret,
-                                                  std::move(settings), generation);
-    } else {
-      state().runtime = std::make_unique<Runtime>(read_job_environment(lookup), std::nullopt,
-                                                  std::move(settings), generation);
-    }
+    state().runtime = start_runtime(std::move(settings), generation);
     return PERSEUS_SUCCESS;
   });
 }

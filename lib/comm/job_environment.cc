@@ -9,14 +9,53 @@ namespace perseus::comm {
 
 namespace {
 
+// Set by perseusrun (lib/launch/rank_environment.cc), Open MPI, PMIx, Slurm, MPICH's Hydra,
+// torchrun and horovodrun for each rank they start. Only the ones that place a rank: tuning
+// variables (PERSEUS_SHM, OMPI_MCA_*) are often exported for every shell.
+constexpr const char *kLauncherVariables[] = {"PERSEUS_RENDEZVOUS_ADDR",
+                                              "PERSEUS_RENDEZVOUS_PORT",
+                                              "PERSEUS_SECRET_FILE",
+                                              "PERSEUS_RANK",
+                                              "PERSEUS_SIZE",
+                                              "PERSEUS_LOCAL_RANK",
+                                              "PERSEUS_LOCAL_SIZE",
+                                              "PERSEUS_CROSS_RANK",
+                                              "PERSEUS_CROSS_SIZE",
+                                              "PERSEUS_NODE_RANK",
+                                              "PERSEUS_JOB_ID",
+                                              "OMPI_COMM_WORLD_SIZE",
+                                              "OMPI_COMM_WORLD_RANK",
+                                              "OMPI_COMM_WORLD_LOCAL_RANK",
+                                              "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                              "OMPI_COMM_WORLD_NODE_RANK",
+                                              "PMIX_RANK",
+                                              "PMIX_NAMESPACE",
+                                              "SLURM_PROCID",
+                                              "SLURM_NTASKS",
+                                              "PMI_RANK",
+                                              "PMI_SIZE",
+                                              "RANK",
+                                              "WORLD_SIZE",
+                                              "LOCAL_RANK",
+                                              "LOCAL_WORLD_SIZE",
+                                              "TORCHELASTIC_RUN_ID",
+                                              "HOROVOD_RANK",
+                                              "HOROVOD_SIZE"};
+
 std::string required(Lookup lookup, const char *name) {
   const char *value = lookup(name);
   if (!value || !*value) {
+    const std::string found = launcher_variables(lookup);
     throw Error(Code::kRendezvous,
                 std::string(name) +
-                    " is not set: libperseus learns its place in the job from its launcher. Start "
-                    "the program under perseusrun (perseusrun -np N program ...), or under Open "
-                    "MPI's mpirun or Slurm's srun; starting it alone is not supported");
+                    " is not set: libperseus learns its place in the job from its launcher, and "
+                    "this process has " +
+                    (found.empty() ? "none of perseusrun's variables"
+                                   : "a launcher's variables (" + found +
+                                         ") but not this one of perseusrun's") +
+                    ". Start the program under perseusrun (perseusrun -np N program ...), or "
+                    "under Open MPI's mpirun or Slurm's srun; or unset those variables to run it "
+                    "alone, as a job of one rank");
   }
   return value;
 }
@@ -83,6 +122,22 @@ JobEnvironment read_job_environment(Lookup lookup) {
   const char *job_id = lookup("PERSEUS_JOB_ID");
   e.job_id = job_id ? job_id : "";
   check_places(e);
+  read_tuning(lookup, e);
+  return e;
+}
+
+std::string launcher_variables(Lookup lookup) {
+  std::string found;
+  for (const char *name : kLauncherVariables) {
+    const char *value = lookup(name);
+    if (value && *value) found += (found.empty() ? "" : ", ") + std::string(name) + "=" + value;
+  }
+  return found;
+}
+
+JobEnvironment alone_job_environment(Lookup lookup) {
+  JobEnvironment e;  // rank 0 of 1, locally and across hosts
+  e.node_rank = 0;
   read_tuning(lookup, e);
   return e;
 }

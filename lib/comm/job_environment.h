@@ -37,8 +37,19 @@ struct JobEnvironment {
 using Lookup = const char *(*)(const char *name);
 
 // Throws Error(kRendezvous) when perseusrun's variables are missing or malformed (naming the
-// variable and the value), Error(kInvalidArgument) for a malformed tuning variable.
+// variable and the value, and the launcher variables that are set), Error(kInvalidArgument) for a
+// malformed tuning variable.
 JobEnvironment read_job_environment(Lookup lookup);
+
+// The variables set here of a launcher that places ranks: perseusrun's PERSEUS_RANK and the
+// like, Open MPI's OMPI_COMM_WORLD_*, PMIx's, Slurm's, MPICH's PMI_*, torchrun's RANK and
+// WORLD_SIZE, horovodrun's HOROVOD_RANK ("RANK=1, WORLD_SIZE=2"); "" when none is: the process
+// was started alone, and runs as a job of one rank (as Horovod's do).
+std::string launcher_variables(Lookup lookup);
+
+// The place of a process started alone: rank 0 of 1 (local and cross alike, host 0), with the
+// tuning variables. Throws Error(kInvalidArgument) for a malformed tuning variable.
+JobEnvironment alone_job_environment(Lookup lookup);
 
 // Reads only the tuning variables (PERSEUS_INIT_TIMEOUT, PERSEUS_COLLECTIVE_TIMEOUT,
 // PERSEUS_GLOO_IFACE) into `job`, leaving the rest; read_job_environment ends with it, and a job

@@ -19,6 +19,7 @@
 #include "lib/comm/nccl/nccl_api.h"
 #include "lib/comm/rendezvous_store.h"
 #include "lib/comm/shm/local_allreduce.h"
+#include "lib/comm/solo/backend.h"
 #include "lib/rendezvous/client.h"
 #include "lib/rendezvous/wire.h"
 
@@ -151,6 +152,39 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
       secret ? Engine::ExitNotes()  // another launcher: it writes no notes to this store
              : [this](const std::vector<int> &ranks) { return exit_notes(ranks); });
   if (!secret) watchdog_ = std::thread([this] { watch_for_ended_peers(); });
+}
+
+std::unique_ptr<Runtime> Runtime::alone(JobEnvironment job, EngineSettings settings,
+                                        int generation) {
+  return std::unique_ptr<Runtime>(
+      new Runtime(std::move(job), std::move(settings), generation, Alone{}));
+}
+
+// One rank is every rank: a get can only wait for this rank's own set, which the engine's
+// thread has made before (the NCCL id), so a missing key is a bug, not a peer to wait for.
+Runtime::Runtime(JobEnvironment job, EngineSettings settings, int generation, Alone)
+    : job_(std::move(job)) {
+  EngineStore engine_store;
+  engine_store.prefix = "perseus/comm/" + std::to_string(generation) + "/";
+  engine_store.set = [this](const std::string &key, const std::string &value) {
+    std::lock_guard lock(store_mutex_);
+    own_keys_[key] = value;
+  };
+  engine_store.get = [this](const std::string &key, std::chrono::milliseconds) {
+    std::lock_guard lock(store_mutex_);
+    const auto found = own_keys_.find(key);
+    if (found == own_keys_.end()) {
+      throw Error(Code::kInternal, "a job of one rank waits for key '" + key +
+                                       "', which only this rank could set (a bug in libperseus)");
+    }
+    return found->second;
+  };
+  engine_store.make_backend = [](int, int, int) {
+    return std::unique_ptr<transport::Backend>(std::make_unique<solo::Backend>());
+  };
+  engine_ = std::make_unique<Engine>(
+      job_, std::make_unique<solo::Backend>(), std::move(settings), [] { return std::string(); },
+      std::move(engine_store));
 }
 
 // A rank that has ended can take part in no further collective: once perseusrun says one has

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +44,11 @@ class Runtime {
   // job.secret_file, which perseusrun wrote.
   Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret, EngineSettings settings,
           int generation);
+  // A job of one rank that no launcher started (started_alone() in job_environment.h): no
+  // store, nothing listening and no thread but the engine's; every collective is a copy
+  // (solo/backend.h), on host and device buffers alike. Throws Error.
+  static std::unique_ptr<Runtime> alone(JobEnvironment job, EngineSettings settings,
+                                        int generation);
   ~Runtime();
 
   const JobEnvironment &job() const { return job_; }
@@ -82,12 +88,17 @@ class Runtime {
   std::unique_ptr<shm::LocalAllreduce> open_local_allreduce(const EngineStore &store,
                                                             const EngineSettings &settings);
 
+  struct Alone {};
+  Runtime(JobEnvironment job, EngineSettings settings, int generation, Alone);
+
   JobEnvironment job_;
   void watch_for_ended_peers();
   void stop_watchdog();
 
   std::mutex store_mutex_;  // the store's one connection, shared by the engine and the watchdog
   std::unique_ptr<rendezvous::Client> store_;  // kept to learn which peer ended, after a failure
+  // Alone: the keys the engine would put in the job's store (NCCL's id), under store_mutex_.
+  std::map<std::string, std::string> own_keys_;
   std::unique_ptr<Engine> engine_;
   std::thread watchdog_;  // under perseusrun only (it writes the exit notes)
   std::mutex watchdog_mutex_;

@@ -75,11 +75,15 @@ def test_exports_only_the_c_abi():
     assert exported == declared, "exported %s, declared %s" % (sorted(exported), sorted(declared))
 
 
-def test_init_outside_perseusrun_says_to_use_it():
+def test_init_with_some_of_perseusruns_variables_says_to_use_it():
+    # A few variables copied by hand, outside perseusrun: refused (with none at all the process
+    # is a job of one rank instead: test_alone.py).
     proc = subprocess.run([COLLECTIVES], capture_output=True, text=True, timeout=TIMEOUT,
-                          env=clean_env(), stdin=subprocess.DEVNULL)
+                          env=clean_env(PERSEUS_RANK="0", PERSEUS_SIZE="2"),
+                          stdin=subprocess.DEVNULL)
     assert proc.returncode == 1, show(proc)
     assert "returned -3" in proc.stderr and "under perseusrun" in proc.stderr, show(proc)
+    assert "PERSEUS_RANK=0, PERSEUS_SIZE=2" in proc.stderr, show(proc)
 
 
 @pytest.mark.parametrize("variable,value", [("PERSEUS_HIERARCHICAL_ALLREDUCE", "yes"),

@@ -211,3 +211,18 @@ def test_failing_rank_ends_the_job_under_mpirun(how, code, tmp_path):
     assert took < 10, "%.1f s from the failure to the end\n%s" % (took, show(proc))
     assert re.search(r"Process name: \[\[\d+,1\],2\]\s+Exit code:\s+%d" % code,
                      proc.stdout + proc.stderr), show(proc)
+
+
+def test_collectives_alone_are_a_job_of_one():
+    # `python alone.py`, no launcher at all (not even torchrun's RANK/WORLD_SIZE): rank 0 of 1,
+    # every collective of every dtype and odd shapes gives its input back, the KVStore works,
+    # shutdown and init again.
+    env = clean_env(PYTHONPATH=SHIMS, PERSEUS_LIBRARY=LIBPERSEUS, MXNET_SUBGRAPH_VERBOSE="0",
+                    OMP_NUM_THREADS="1")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        env.pop(name, None)
+    proc = subprocess.run([PYTHON, str(RANKS / "alone.py")], capture_output=True, text=True,
+                          errors="replace", timeout=TIMEOUT, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, show(proc)
+    passed = re.findall(r"^mxnet alone: (\d+) checks passed$", proc.stdout, re.M)
+    assert len(passed) == 1 and int(passed[0]) > 500, show(proc)

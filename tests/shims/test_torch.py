@@ -147,6 +147,37 @@ def test_ddp_without_any_launcher_single_process(tmp_path):
     assert "perseus:" not in proc.stderr, show(proc)
 
 
+def alone_env(**extra):
+    """clean_env without torchrun's variables either: a process that no launcher started."""
+    env = clean_env(**extra)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                 "TORCHELASTIC_RUN_ID"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def test_horovod_api_alone_is_a_job_of_one():
+    # `python script.py`, no launcher: rank 0 of 1; every op on every dtype and odd shapes gives
+    # its input back (on CUDA too where there is a GPU), a process set of [0], join, init again.
+    proc = subprocess.run([PYTHON, str(RANKS / "alone.py")], capture_output=True, text=True,
+                          errors="replace", timeout=TIMEOUT, env=alone_env(),
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, show(proc)
+    passed = re.findall(r"^alone: (\d+) checks passed$", proc.stdout, re.M)
+    assert len(passed) == 1 and int(passed[0]) > 1000, show(proc)
+    assert "perseus:" not in proc.stderr, show(proc)
+
+
+def test_torchrun_variables_without_perseusrun_are_refused_by_name():
+    code = "import perseus.torch as hvd\ntry:\n    hvd.init()\nexcept hvd.PerseusError as e:\n" \
+           "    print('error:', e)\n"
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=alone_env(RANK="1", WORLD_SIZE="2"))
+    assert "perseus_init: PERSEUS_RENDEZVOUS_ADDR is not set" in proc.stdout, show(proc)
+    assert "(RANK=1, WORLD_SIZE=2)" in proc.stdout, show(proc)
+
+
 def test_missing_library_is_a_clear_error():
     code = "import perseus.torch as hvd\ntry:\n    hvd.init()\nexcept hvd.PerseusError as e:\n" \
            "    print('error:', e)\n"
@@ -161,3 +192,42 @@ def test_horovod_conformance(n):
     # flight raises ValueError at once; join with allgather/broadcast; averaged gradients of
     # allgather and broadcast; int16.
     expect_all_passed(run_ranks(n, "conformance.py"), n, "conformance")
+
+
+def test_duplicate_parameter_names_are_named_with_the_fix():
+    # Two models' named_parameters merged: the same names twice. The error names them (the
+    # first five, then how many more) and says to prefix them; prefixed, the optimizer works.
+    code = """if True:
+        import torch, perseus.torch as hvd
+        hvd.init()
+        a, b = torch.nn.Linear(2, 3), torch.nn.Linear(2, 3)
+        params = list(a.parameters()) + list(b.parameters())
+        def make(named, ps=params):
+            return hvd.DistributedOptimizer(torch.optim.SGD(ps, lr=0.1), named_parameters=named)
+        try:
+            make(list(a.named_parameters()) + list(b.named_parameters()))
+        except ValueError as e:
+            print("error 1:", e)
+        wide = [torch.nn.Linear(1, 1, bias=False) for _ in range(7)]
+        ps = [m.weight for m in wide]
+        try:
+            make([("w%d" % (i % 7), p) for i, p in enumerate(ps + ps)], ps + ps)
+        except ValueError as e:
+            print("error 2:", e)
+        opt = make([("a." + n, p) for n, p in a.named_parameters()] +
+                   [("b." + n, p) for n, p in b.named_parameters()])
+        (a(torch.ones(4, 2)).sum() + b(torch.ones(4, 2)).sum()).backward()
+        opt.step()
+        print("prefixed: ok")
+        """
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=alone_env())
+    assert proc.returncode == 0, show(proc)
+    first = re.search(r"^error 1: (.*)$", proc.stdout, re.M).group(1)
+    assert first.startswith("named_parameters has 2 duplicate name(s): 'weight', 'bias'. "), \
+        show(proc)
+    assert "prefix each model's names" in first and "('a.' + n, p)" in first, show(proc)
+    second = re.search(r"^error 2: (.*)$", proc.stdout, re.M).group(1)
+    assert "has 7 duplicate name(s): 'w0', 'w1', 'w2', 'w3', 'w4' and 2 more. " in second, \
+        show(proc)
+    assert "prefixed: ok" in proc.stdout, show(proc)

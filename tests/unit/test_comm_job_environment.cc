@@ -210,6 +210,49 @@ TEST_CASE("job environment: nothing set names the rendezvous address first") {
   CHECK(contains(error->what(), "PERSEUS_RENDEZVOUS_ADDR is not set"));
 }
 
+TEST_CASE("job environment: no launcher's variable means a process started alone") {
+  {
+    const Variables tuning = {{"PERSEUS_SHM", "0"},
+                              {"PERSEUS_INIT_TIMEOUT", "7"},
+                              {"PERSEUS_GLOO_IFACE", "lo"},
+                              {"OMPI_MCA_btl", "^openib"},
+                              {"MASTER_ADDR", "10.0.0.1"}};
+    const FakeEnvironment fake(tuning);
+    CHECK(launcher_variables(fake_lookup).empty());
+    const JobEnvironment e = alone_job_environment(fake_lookup);
+    CHECK(e.rank == 0);
+    CHECK(e.size == 1);
+    CHECK(e.local_rank == 0);
+    CHECK(e.local_size == 1);
+    CHECK(e.cross_rank == 0);
+    CHECK(e.cross_size == 1);
+    CHECK(e.node_rank == 0);
+    CHECK(e.rendezvous_addr.empty());
+    CHECK(e.init_timeout == std::chrono::seconds(7));
+    CHECK(e.gloo_iface == "lo");
+  }
+  for (const char *name :
+       {"PERSEUS_RANK", "PERSEUS_SECRET_FILE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID",
+        "PMI_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "HOROVOD_RANK"}) {
+    INFO(name);
+    const Variables one = {{name, "3"}, {"PERSEUS_SHM", "0"}};
+    const FakeEnvironment fake(one);
+    CHECK(launcher_variables(fake_lookup) == std::string(name) + "=3");
+  }
+  const Variables two = {{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"PERSEUS_RANK", ""}};
+  const FakeEnvironment fake(two);
+  CHECK(launcher_variables(fake_lookup) == "RANK=1, WORLD_SIZE=2");  // empty ones do not count
+}
+
+TEST_CASE("job environment: a missing variable names the launcher's variables that are set") {
+  const std::optional<Error> error = error_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}});
+  REQUIRE(error.has_value());
+  CHECK(error->code() == Code::kRendezvous);
+  CHECK(contains(error->what(), "PERSEUS_RENDEZVOUS_ADDR is not set"));
+  CHECK(contains(error->what(), "(RANK=1, WORLD_SIZE=2)"));
+  CHECK(contains(error->what(), "unset those variables to run it alone"));
+}
+
 TEST_CASE("job environment: each malformed number is a rendezvous error naming it and the value") {
   const std::vector<std::string> malformed = {
       "abc", "3x", " 3", "3 ", "+3", "0x10", "1.5", "1e3", "99999999999", "-",

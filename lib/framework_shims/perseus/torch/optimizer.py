@@ -10,6 +10,23 @@ from perseus.torch import ops
 from perseus.torch.compression import from_env as compression_from_env
 
 
+def _check_unique(names, shown=5):
+    """Refuses duplicate parameter names (they name the all-reduces, which must differ), naming
+    the first few, as merging two models' named_parameters gives."""
+    counts = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    repeated = [name for name, count in counts.items() if count > 1]  # in order of appearance
+    if repeated:
+        listed = ", ".join(repr(n) for n in repeated[:shown])
+        more = " and %d more" % (len(repeated) - shown) if len(repeated) > shown else ""
+        raise ValueError(
+            "named_parameters has %d duplicate name(s): %s%s. Each parameter needs its own name "
+            "(it names the parameter's all-reduce): when merging several models' "
+            "named_parameters, prefix each model's names, e.g. [('a.' + n, p) for n, p in "
+            "model_a.named_parameters()] + [('b.' + n, p) for n, p in "
+            "model_b.named_parameters()]" % (len(repeated), listed, more))
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     # Mixed into the wrapped optimizer's own class (see DistributedOptimizer).
 
@@ -33,9 +50,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if any(not isinstance(n, tuple) for n in named):
                 raise ValueError("named_parameters must be (name, parameter) pairs, such as "
                                  "model.named_parameters()")
-            names = [n for n, _ in named]
-            if len(set(names)) != len(names):
-                raise ValueError("named_parameters has duplicate names")
+            _check_unique([n for n, _ in named])
             self._names = {p: n for n, p in named}
             unnamed = [p for p in all_params if p not in self._names]
             if unnamed:
