@@ -126,12 +126,55 @@ def test_sync_batch_norm_matches_batch_norm(n, scope):
     assert {m.group(3) for m in passed.values()} == {str(list(range(n)))}, show(proc)
 
 
-def test_sync_batch_norm_scope_0_groups_by_host():
-    # 4 ranks told (PERSEUS_NODE_RANK) that they sit on 2 hosts: scope 0 averages within each.
-    proc = run_ranks(4, "sync_bn.py", 0, 2)
-    passed = rank_lines(proc, r"mxnet sync_bn: \d+ checks passed \(scope 0, group (.*)\)")
+def test_hosts_of_ranks_from_the_places():
+    sys.path.insert(0, SHIMS)
+    try:
+        from perseus import _native
+    finally:
+        sys.path.remove(SHIMS)
+    # 2 hosts x 2, by slot and round robin (mpirun --map-by node): the rank within the node
+    # (OMPI_COMM_WORLD_NODE_RANK) would give {0,2},{1,3} for the first layout.
+    assert _native.hosts_of_ranks([(0, 2, 0), (1, 2, 0), (0, 2, 1), (1, 2, 1)]) == [0, 0, 1, 1]
+    assert _native.hosts_of_ranks([(0, 2, 0), (0, 2, 1), (1, 2, 0), (1, 2, 1)]) == [0, 1, 0, 1]
+    # uneven hosts: 1 rank, then 3
+    assert _native.hosts_of_ranks([(0, 1, 0), (0, 3, 1), (1, 3, 0), (2, 3, 0)]) == [0, 1, 1, 1]
+    with pytest.raises(_native.PerseusError, match=r"rank 1's place \(local rank 1 of 2"):
+        _native.hosts_of_ranks([(0, 2, 0), (1, 2, 3)])
+
+
+def mpirun(n, program, *args, hosts=None, env=None, timeout=TIMEOUT):
+    """Open MPI's mpirun -np n PYTHON program args (libperseus meets over MPI)."""
+    env = env or clean_env()
+    env.update(PYTHONPATH=SHIMS, PERSEUS_LIBRARY=LIBPERSEUS, MXNET_SUBGRAPH_VERBOSE="0")
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--tag-output", "-np", str(n)]
+    if hosts:
+        cmd += ["-H", hosts]
+    cmd += ["-x", "PYTHONPATH", "-x", "PERSEUS_LIBRARY", "-x", "MXNET_SUBGRAPH_VERBOSE", PYTHON,
+            str(program)] + [str(a) for a in args]
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env,
+                          timeout=timeout, stdin=subprocess.DEVNULL, cwd=str(ROOT))
+
+
+def mpirun_rank_lines(proc, pattern):
+    """{rank: match} of pattern on mpirun --tag-output's "[jobid,rank]<stdout>:" lines."""
+    found = {}
+    for m in re.finditer(r"^\[\d+,(\d+)\]<stdout>:\s?(.*)$", proc.stdout, re.M):
+        hit = re.match(pattern, m.group(2))
+        if hit:
+            found[int(m.group(1))] = hit
+    return found
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="mpirun (Open MPI) is not installed")
+@pytest.mark.parametrize("n,scope", [(2, 0), (3, 0), (2, 1), (3, 1)])
+def test_sync_batch_norm_under_mpirun_one_host(n, scope):
+    # Issue 19, item 1: under mpirun, scope 0 took the host from OMPI_COMM_WORLD_NODE_RANK (the
+    # rank within the node), so on one host every rank was its own group.
+    proc = mpirun(n, RANKS / "sync_bn.py", scope)
+    assert proc.returncode == 0, show(proc)
+    passed = mpirun_rank_lines(proc, r"mxnet sync_bn: \d+ checks passed \(scope \d, group (.*)\)")
     assert {r: m.group(1) for r, m in passed.items()} == {
-        0: "[0, 1]", 1: "[0, 1]", 2: "[2, 3]", 3: "[2, 3]"}, show(proc)
+        r: str(list(range(n))) for r in range(n)}, show(proc)
 
 
 @pytest.mark.parametrize("n", [2, 3])

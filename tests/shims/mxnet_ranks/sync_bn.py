@@ -2,12 +2,11 @@
 averages over: outputs, input gradients, gamma/beta gradients (summed over those ranks) and the
 running statistics, for 2-D and 4-D inputs.
 
-    sync_bn.py SCOPE [FAKE_NODES]
+    sync_bn.py SCOPE
 
-SCOPE: comm_scope (0 or 1). FAKE_NODES: pretend the ranks sit on that many hosts (consecutive
-ranks per host) by setting PERSEUS_NODE_RANK, to check scope 0's grouping on one machine.
-Prints "mxnet sync_bn: N checks passed"."""
-import os
+SCOPE: comm_scope (0 or 1). The group (scope 0: the ranks of this rank's host, as libperseus
+placed them) is printed, and the caller checks it against the layout it launched.
+Prints "mxnet sync_bn: N checks passed (scope S, group [...])"."""
 import sys
 
 import numpy as np
@@ -18,11 +17,8 @@ from mxnet import autograd
 import perseus.mxnet as hvd
 
 scope = int(sys.argv[1])
-fake_nodes = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
-if fake_nodes:
-    os.environ["PERSEUS_NODE_RANK"] = str(rank * fake_nodes // size)
 from perseus.mxnet import sync_batch_norm  # noqa: E402
 
 nodes = sync_batch_norm.node_ranks()
