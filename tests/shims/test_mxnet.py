@@ -117,6 +117,13 @@ def test_kvstore_and_the_fit_py_pattern(n):
     assert sorted(passed) == list(range(n)), show(proc)
 
 
+def test_unpatched_fit_py_with_the_store_name():
+    # Issue 19, item 3: mx.kvstore.create / Module.fit / gluon.Trainer with 'dist_sync_perseus'.
+    proc = run_ranks(2, "fit_registry.py")
+    passed = rank_lines(proc, r"mxnet fit_registry: (\d+) checks passed")
+    assert sorted(passed) == [0, 1], show(proc)
+
+
 @pytest.mark.parametrize("n,scope", [(2, 1), (3, 1), (2, 0), (3, 0)])
 def test_sync_batch_norm_matches_batch_norm(n, scope):
     # One host: comm_scope 0 (the host's ranks) is every rank, as comm_scope 1.
