@@ -21,6 +21,8 @@ hvd.init()
 rank, size = hvd.rank(), hvd.size()
 from perseus.mxnet import sync_batch_norm  # noqa: E402
 
+assert mx.gluon.contrib.nn.PerseusSyncBatchNorm is hvd.PerseusSyncBatchNorm
+assert hvd.PerseusSyncBatchNorm().comm_scope == 0  # the seed's default: the host's ranks
 nodes = sync_batch_norm.node_ranks()
 group = list(range(size)) if scope == 1 else [r for r in range(size) if nodes[r] == nodes[rank]]
 checks = 0
@@ -47,7 +49,7 @@ def run_case(shape, per_rank, steps=2, **kwargs):
         layer.gamma.set_data(mx.nd.array(gamma))
         layer.beta.set_data(mx.nd.array(beta))
 
-    sync = hvd.PerseusSyncBatchNorm(comm_scope=scope, momentum=0.8, **kwargs)
+    sync = mx.gluon.contrib.nn.PerseusSyncBatchNorm(comm_scope=scope, momentum=0.8, **kwargs)
     ref = mx.gluon.nn.BatchNorm(momentum=0.8, in_channels=C, **kwargs)
     init(sync)
     init(ref)

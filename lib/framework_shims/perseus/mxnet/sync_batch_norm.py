@@ -106,14 +106,15 @@ class _AllgatherStats(autograd.Function):
 
 class PerseusSyncBatchNorm(nn.BatchNorm):
     """gluon.contrib.nn.SyncBatchNorm's arguments (num_devices is accepted and ignored: the
-    group is given by comm_scope) plus comm_scope: 0 averages the statistics over the ranks of
-    this rank's host, 1 over every rank. Normalises over axis 1 (channels), like SyncBatchNorm.
+    group is given by comm_scope) plus comm_scope: 0 (the default, as in the seed) averages the
+    statistics over the ranks of this rank's host, 1 over every rank. Also reachable as
+    mx.gluon.contrib.nn.PerseusSyncBatchNorm once perseus.mxnet is imported. Normalises over axis 1 (channels), like SyncBatchNorm.
     """
 
     def __init__(self, in_channels=0, num_devices=None, momentum=0.9, epsilon=1e-5,
                  center=True, scale=True, use_global_stats=False, beta_initializer="zeros",
                  gamma_initializer="ones", running_mean_initializer="zeros",
-                 running_variance_initializer="ones", comm_scope=1, **kwargs):
+                 running_variance_initializer="ones", comm_scope=0, **kwargs):
         if comm_scope not in (0, 1):
             raise ValueError("comm_scope must be 0 (the ranks of one host) or 1 (every rank), "
                              "not %r" % (comm_scope,))
@@ -176,3 +177,7 @@ class PerseusSyncBatchNorm(nn.BatchNorm):
             rm[:] = rm * self._mom + mean.detach() * (1 - self._mom)
             rv[:] = rv * self._mom + var.detach() * (1 - self._mom)
         return y
+
+
+# Where the seed's scripts look for it: mx.gluon.contrib.nn.PerseusSyncBatchNorm(comm_scope=0).
+mx.gluon.contrib.nn.PerseusSyncBatchNorm = PerseusSyncBatchNorm
