@@ -565,9 +565,29 @@ def add_process_set(ranks):
     return out.value
 
 
+def hosts_of_ranks(places):
+    """Each rank's host number from every rank's place: places[r] = (local_rank, local_size,
+    cross_rank) of rank r as libperseus gives them. Hosts are numbered by their local rank 0's
+    cross rank (every host has one); a rank with local rank l and cross rank c is on the c-th
+    host, in that order, of those with more than l ranks (cross rank counts the hosts that have
+    a rank with this local rank, in host order, under perseusrun and under mpirun alike).
+    Raises PerseusError when the places do not fit together."""
+    sizes = {c: n for l, n, c in places if l == 0}  # host number -> ranks on it
+    hosts = []
+    for r, (l, n, c) in enumerate(places):
+        having = [h for h in sorted(sizes) if sizes[h] > l]
+        if not 0 <= c < len(having) or sizes[having[c]] != n:
+            raise PerseusError(
+                "rank %d's place (local rank %d of %d, cross rank %d) fits no host of the job's "
+                "places %s: the launcher's local and cross ranks disagree; run under perseusrun "
+                "or mpirun, or pass consistent places to perseus_init_with" % (r, l, n, c, places))
+        hosts.append(having[c])
+    return hosts
+
+
 def host_process_sets(node_of_rank):
     """Makes one process set per host, collectively: node_of_rank[r] is rank r's host index
-    (the same list on every rank, e.g. all-gathered PERSEUS_NODE_RANK). Every rank creates
+    (the same list on every rank, e.g. hosts_of_ranks of the all-gathered places). Every rank creates
     every host's set in increasing host order. Returns {host index: (set number, ranks)}."""
     hosts = {}
     for r, node in enumerate(node_of_rank):

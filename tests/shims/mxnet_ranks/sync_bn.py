@@ -2,12 +2,11 @@
 averages over: outputs, input gradients, gamma/beta gradients (summed over those ranks) and the
 running statistics, for 2-D and 4-D inputs.
 
-    sync_bn.py SCOPE [FAKE_NODES]
+    sync_bn.py SCOPE
 
-SCOPE: comm_scope (0 or 1). FAKE_NODES: pretend the ranks sit on that many hosts (consecutive
-ranks per host) by setting PERSEUS_NODE_RANK, to check scope 0's grouping on one machine.
-Prints "mxnet sync_bn: N checks passed"."""
-import os
+SCOPE: comm_scope (0 or 1). The group (scope 0: the ranks of this rank's host, as libperseus
+placed them) is printed, and the caller checks it against the layout it launched.
+Prints "mxnet sync_bn: N checks passed (scope S, group [...])"."""
 import sys
 
 import numpy as np
@@ -18,13 +17,12 @@ from mxnet import autograd
 import perseus.mxnet as hvd
 
 scope = int(sys.argv[1])
-fake_nodes = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
-if fake_nodes:
-    os.environ["PERSEUS_NODE_RANK"] = str(rank * fake_nodes // size)
 from perseus.mxnet import sync_batch_norm  # noqa: E402
 
+assert mx.gluon.contrib.nn.PerseusSyncBatchNorm is hvd.PerseusSyncBatchNorm
+assert hvd.PerseusSyncBatchNorm().comm_scope == 0  # the seed's default: the host's ranks
 nodes = sync_batch_norm.node_ranks()
 group = list(range(size)) if scope == 1 else [r for r in range(size) if nodes[r] == nodes[rank]]
 checks = 0
@@ -51,7 +49,7 @@ def run_case(shape, per_rank, steps=2, **kwargs):
         layer.gamma.set_data(mx.nd.array(gamma))
         layer.beta.set_data(mx.nd.array(beta))
 
-    sync = hvd.PerseusSyncBatchNorm(comm_scope=scope, momentum=0.8, **kwargs)
+    sync = mx.gluon.contrib.nn.PerseusSyncBatchNorm(comm_scope=scope, momentum=0.8, **kwargs)
     ref = mx.gluon.nn.BatchNorm(momentum=0.8, in_channels=C, **kwargs)
     init(sync)
     init(ref)

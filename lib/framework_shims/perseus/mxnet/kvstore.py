@@ -206,6 +206,28 @@ class PerseusKVStore(KVStoreBase):
                                                                      self.num_workers)
 
 
+PerseusKVStore.PerseusOp = PerseusOp  # kv.PerseusOp.Max, next to the store as the seed has it
+
+
+def _register_with_mxnet():
+    """Makes mx.kvstore.create(name) (and so Module.fit(kvstore=name), gluon.Trainer(...,
+    kvstore=name) and an unpatched fit.py's --kv-store name) give a PerseusKVStore for each of
+    PERSEUS_KVSTORE_TYPES: MXNet's registry maps a class's lower-cased name to the class, which
+    create() calls with no arguments, so each name gets a subclass of that name."""
+    for name in PERSEUS_KVSTORE_TYPES:
+        if name in KVStoreBase.kv_registry:
+            continue
+        klass = type(name, (PerseusKVStore,), {
+            "__init__": lambda self, _name=name: PerseusKVStore.__init__(self, _name),
+            "__doc__": "PerseusKVStore('%s'), as mx.kvstore.create('%s') makes it." % (name,
+                                                                                       name),
+        })
+        KVStoreBase.register(klass)
+
+
+_register_with_mxnet()
+
+
 def create(name="local"):
     """perseus.mxnet.create('dist_sync_perseus') -> a PerseusKVStore (joining the job); any
     other name -> mx.kvstore.create(name)."""

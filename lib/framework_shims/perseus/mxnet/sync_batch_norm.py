@@ -11,15 +11,15 @@ of the statistics over the same group, so the gradients are those of the loss su
 group's ranks (what one process computes on their combined batch). Outside training, or with
 use_global_stats, it is gluon.nn.BatchNorm.
 
-Hosts are told apart by perseusrun's PERSEUS_NODE_RANK (each rank's is all-gathered once), not by
-host names. The hosts' process sets are made once per process, at the first training forward of
+Hosts are told apart by the places libperseus gave the ranks (local rank, local size and cross
+rank, all-gathered once; perseus._native.hosts_of_ranks), so the grouping is the launcher's:
+perseusrun's node numbers, or under mpirun/srun the host names libperseus compared. The
+environment is not read: under Open MPI, OMPI_COMM_WORLD_NODE_RANK is the rank within the node. The hosts' process sets are made once per process, at the first training forward of
 a comm_scope=0 layer: that is collective over every rank (every rank makes every host's set, in
 increasing host order), so every rank must run its first comm_scope=0 training step (all ranks
 use the same model, as in data-parallel training). Not hybridizable: call it imperatively (a
 parent that is hybridized would hand it Symbols; it raises then).
 """
-import os
-
 import numpy as np
 
 import mxnet as mx
@@ -33,22 +33,14 @@ _node_ranks = None
 _host_set = None
 
 
-def _node_rank_env():
-    for var in ("PERSEUS_NODE_RANK", "GROUP_RANK", "OMPI_COMM_WORLD_NODE_RANK"):
-        value = os.environ.get(var)
-        if value not in (None, ""):
-            return int(value)
-    # Without the launcher's node index: ranks of one host are numbered consecutively.
-    return ops.rank() - ops.local_rank()
-
-
 def node_ranks():
-    """Every rank's node (host) index, all-gathered once per process."""
+    """Every rank's host number, from every rank's (local_rank, local_size, cross_rank) as
+    libperseus computed them; all-gathered once per process (collective over every rank)."""
     global _node_ranks
     if _node_ranks is None:
-        mine = np.array([_node_rank_env()], dtype=np.int64)
-        out, _ = ops.allgather_host(mine, "PerseusSyncBatchNorm.node_ranks")
-        _node_ranks = [int(v) for v in out]
+        mine = np.array([[ops.local_rank(), ops.local_size(), ops.cross_rank()]], dtype=np.int64)
+        out, _ = ops.allgather_host(mine, "PerseusSyncBatchNorm.places")
+        _node_ranks = _native.hosts_of_ranks([tuple(int(v) for v in row) for row in out])
     return _node_ranks
 
 
@@ -114,14 +106,15 @@ class _AllgatherStats(autograd.Function):
 
 class PerseusSyncBatchNorm(nn.BatchNorm):
     """gluon.contrib.nn.SyncBatchNorm's arguments (num_devices is accepted and ignored: the
-    group is given by comm_scope) plus comm_scope: 0 averages the statistics over the ranks of
-    this rank's host, 1 over every rank. Normalises over axis 1 (channels), like SyncBatchNorm.
+    group is given by comm_scope) plus comm_scope: 0 (the default, as in the seed) averages the
+    statistics over the ranks of this rank's host, 1 over every rank. Also reachable as
+    mx.gluon.contrib.nn.PerseusSyncBatchNorm once perseus.mxnet is imported. Normalises over axis 1 (channels), like SyncBatchNorm.
     """
 
     def __init__(self, in_channels=0, num_devices=None, momentum=0.9, epsilon=1e-5,
                  center=True, scale=True, use_global_stats=False, beta_initializer="zeros",
                  gamma_initializer="ones", running_mean_initializer="zeros",
-                 running_variance_initializer="ones", comm_scope=1, **kwargs):
+                 running_variance_initializer="ones", comm_scope=0, **kwargs):
         if comm_scope not in (0, 1):
             raise ValueError("comm_scope must be 0 (the ranks of one host) or 1 (every rank), "
                              "not %r" % (comm_scope,))
@@ -184,3 +177,7 @@ class PerseusSyncBatchNorm(nn.BatchNorm):
             rm[:] = rm * self._mom + mean.detach() * (1 - self._mom)
             rv[:] = rv * self._mom + var.detach() * (1 - self._mom)
         return y
+
+
+# Where the seed's scripts look for it: mx.gluon.contrib.nn.PerseusSyncBatchNorm(comm_scope=0).
+mx.gluon.contrib.nn.PerseusSyncBatchNorm = PerseusSyncBatchNorm
