@@ -18,7 +18,7 @@ tmp=$(mktemp -d)
 passed=0 failed=0 deb_installed=0
 
 cleanup() {
-  ((deb_installed)) && dpkg -r perseus >/dev/null 2>&1
+  ((deb_installed)) && dpkg -P perseus >/dev/null 2>&1
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -33,15 +33,17 @@ check() { # check NAME COMMAND...: runs COMMAND, counts and reports it
     failed=$((failed + 1))
     echo "FAILED: $name"
     printf '%s\n' "$out" | tail -n 30 | sed 's/^/    /'
+    return 1
   fi
 }
-# Output of a command must match an extended regular expression, N times when N is given.
+# A command's output must match an extended regular expression N times (matches, not lines:
+# mpirun may join two ranks' lines).
 expect() { # expect REGEX N COMMAND...
   local regex=$1 n=$2 out
   shift 2
   out=$("$@" 2>&1) || { printf '%s\n' "$out"; return 1; }
   local got
-  got=$(printf '%s\n' "$out" | grep -cE "$regex")
+  got=$(printf '%s\n' "$out" | grep -oE "$regex" | wc -l)
   [ "$got" = "$n" ] || { printf 'wanted %s lines matching %s, got %s:\n%s\n' "$n" "$regex" \
     "$got" "$out"; return 1; }
 }
@@ -129,10 +131,10 @@ free_port() { $python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 test_pip() {
   local venv="$tmp/venv" site
   $python -m venv --system-site-packages "$venv"
-  local args=(-q -C "build-dir=$build/wheel")
+  local args=(-q --config-settings "build-dir=$build/wheel")
   [ -d "$build/wheelhouse" ] && args+=(--no-index --find-links "$build/wheelhouse")
-  command -v ccache >/dev/null && args+=(-C cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache
-    -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  command -v ccache >/dev/null && args+=(--config-settings cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache
+    --config-settings cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
   local start=$SECONDS
   check "pip install ." clean "$venv/bin/pip" install "${args[@]}" "$root"
   echo "   (pip install took $((SECONDS - start)) s)"
@@ -151,21 +153,21 @@ cd `echo $(python -c "import perseus; print(perseus)") | cut -d\' -f 4 | sed "s/
 SEEDS
   check "the seeds' cd line, then pytorch_mnist.py under perseusrun" bash -c "cd '$outside' &&
     export PATH='$venv/bin':\$PATH && unset PYTHONPATH PERSEUS_LIBRARY && $seeds_cd &&
-    [ \"\$PWD\" = '$site/perseus/examples' ] &&
-    perseusrun -np 2 -H localhost:2 python pytorch_mnist.py --epochs 1 --samples 512 |
-      grep -E 'epoch 1: .*accuracy .*\(2 ranks\)'"
+    { [ \"\$PWD\" = '$site/perseus/examples' ] || { echo \"cd went to \$PWD\"; exit 1; }; } &&
+    $(declare -f expect); expect 'epoch 0: .*accuracy .*\(2 ranks\)' 1 \
+      perseusrun -np 2 -H localhost:2 python pytorch_mnist.py --epochs 1 --samples 512"
   write_ddp_script "$outside/ddp.py"
   local mpirun
   if mpirun=$(command -v mpirun); then
     check "DDP with import perseus under mpirun, no -x" bash -c "cd '$outside' &&
       $(declare -f expect clean); MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) OMP_NUM_THREADS=1 \
-      expect '^ddp rank [01]: [0-9]+ buckets through $site/perseus/__init__.py$' 2 \
+      expect 'ddp rank [01]: [0-9]+ buckets through $site/perseus/__init__.py' 2 \
       clean '$mpirun' --allow-run-as-root --oversubscribe -np 2 '$venv/bin/python' ddp.py"
   fi
   check "DDP with import perseus under torch.distributed.launch --use_env" bash -c \
     "cd '$outside' && $(declare -f expect clean); OMP_NUM_THREADS=1 \
     expect '^(\[default[01]\]:)?ddp rank [01]: [0-9]+ buckets through $site/perseus/__init__.py$' 2 \
-    clean '$venv/bin/python' -m torch.distributed.launch --use_env --nproc_per_node 2 \
+    clean '$venv/bin/python' -m torch.distributed.launch --use_env --nproc_per_node 2 --redirects 1 --tee 1 \
       --master_addr 127.0.0.1 --master_port $(free_port) ddp.py"
 }
 
@@ -183,8 +185,8 @@ test_deb() {
   check "Depends name Debian's runtime packages" bash -c "dpkg-deb -f '$deb' Depends |
     grep -E 'libssh2-1' | grep -E 'libgloo0' | grep -qE 'python3'"
   check "Depends name no CUDA or NCCL" bash -c "! dpkg-deb -f '$deb' Depends | grep -iE 'cuda|nccl'"
-  check "dpkg -i" dpkg -i "$deb" && deb_installed=1
-  ((deb_installed)) || return
+  deb_installed=1 # from here on, the exit trap purges it whatever happens
+  check "dpkg -i" dpkg -i "$deb" || return
   dpkg -L perseus >"$tmp/deb_files"
   check "/usr/bin/perseusrun --version says $version" expect "^perseusrun $version$" 1 \
     clean /usr/bin/perseusrun --version
@@ -193,7 +195,10 @@ test_deb() {
   check "import perseus with Debian's python3" bash -c \
     "cd '$outside' && $(declare -f clean); clean $python -c 'import perseus; print(perseus.__file__)' |
       grep -qx /usr/lib/python3/dist-packages/perseus/__init__.py"
-  check "dpkg -r" dpkg -r perseus && deb_installed=0
+  check "dpkg -r" dpkg -r perseus
+  # dpkg -r keeps the package's record (its postrm runs ldconfig); purging drops that too.
+  check "dpkg -P leaves no record of it" bash -c "dpkg -P perseus >/dev/null &&
+    ! dpkg-query -W perseus >/dev/null 2>&1" && deb_installed=0
   check "no file of the package left" bash -c "while read -r f; do
       [ -d \"\$f\" ] && continue; [ -e \"\$f\" ] && { echo \"left: \$f\"; exit 1; }; done \
       <'$tmp/deb_files'; for d in /usr/lib/python3/dist-packages/perseus /usr/include/perseus \
