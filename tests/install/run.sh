@@ -156,6 +156,12 @@ SEEDS
     { [ \"\$PWD\" = '$site/perseus/examples' ] || { echo \"cd went to \$PWD\"; exit 1; }; } &&
     $(declare -f expect); expect 'epoch 0: .*accuracy .*\(2 ranks\)' 1 \
       perseusrun -np 2 -H localhost:2 python pytorch_mnist.py --epochs 1 --samples 512"
+  check "the seeds' benchmark line: torch.distributed.launch without --use_env" bash -c \
+    "cd '$site/perseus/examples' && $(declare -f expect clean); OMP_NUM_THREADS=1 \
+    expect 'Total img/sec on 2 rank' 1 clean '$venv/bin/python' -m torch.distributed.launch \
+      --nproc_per_node=2 --nnodes=1 --node_rank=0 --master_addr=127.0.0.1 \
+      --master_port=$(free_port) --redirects 1 --tee 1 pytorch_ddp_benchmark.py --model tiny \
+      --num-iters 1 --num-batches-per-iter 1 --num-warmup-batches 1"
   write_ddp_script "$outside/ddp.py"
   local mpirun
   if mpirun=$(command -v mpirun); then
