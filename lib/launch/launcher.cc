@@ -99,7 +99,7 @@ void find_shims(JobFacts &facts) {
   if (!package.empty()) libraries.insert(libraries.begin(), package / "perseus/lib/libperseus.so");
   for (const auto &candidate : libraries) {
     if (std::filesystem::exists(candidate, error)) {
-      facts.library = std::filesystem::weakly_canonical(candidate, error).string();
+      facts.library = std::filesystem::absolute(candidate, error).lexically_normal().string();
       break;
     }
   }
