@@ -7,7 +7,8 @@
 
 Synthetic ImageNet-like data; --model resnet50 (the default with torchvision) or 'tiny' (a
 small ResNet-like network, the default without). GPUs with NCCL when there are any, else CPUs
-with Gloo. Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT as under torchrun.
+with Gloo. Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT as under torchrun; also takes
+--local_rank/--local-rank as torch.distributed.launch passes it without --use_env.
 """
 import perseus  # noqa: F401,I001 - first: DDP's gradient all-reduce goes through Perseus
 
@@ -31,9 +32,13 @@ def main():
     parser.add_argument("--num-warmup-batches", type=int, default=2)
     parser.add_argument("--num-batches-per-iter", type=int, default=3)
     parser.add_argument("--num-iters", type=int, default=5)
+    # torch.distributed.launch without --use_env passes --local_rank=N (newer torch
+    # --local-rank=N); torchrun and --use_env set LOCAL_RANK instead.
+    parser.add_argument("--local_rank", "--local-rank", type=int, dest="local_rank",
+                        default=int(os.environ.get("LOCAL_RANK", "0")))
     args = parser.parse_args()
 
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = args.local_rank
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(local_rank)

@@ -14,8 +14,8 @@ packages=(
   # libraries
   libcli11-dev libspdlog-dev nlohmann-json3-dev libssh2-1-dev libgloo-dev doctest-dev
   openmpi-bin libopenmpi-dev
-  # tests and the main job
-  python3 python3-pytest python3-numpy python3-torch procps iproute2 openssh-server
+  # tests and the main job; python3-venv and python3-pip for the install tests (tests/install)
+  python3 python3-venv python3-pip python3-pytest python3-numpy python3-torch procps iproute2 openssh-server
   openssh-client iputils-ping passwd
   # benchmarks
   hyperfine
@@ -35,6 +35,12 @@ if ((${#missing[@]})); then
 fi
 
 scripts/setup_mxnet.sh  # .venv-mxnet: MXNet 1.9.1 (needs numpy < 1.24) for perseus.mxnet
+
+# scikit-build-core (not packaged in Debian 12) for `pip install .`, as wheels in a folder that
+# the install tests install from into their own throw-away venvs: nothing is installed here.
+if ! ls build/wheelhouse/scikit_build_core-*.whl >/dev/null 2>&1; then
+  /usr/bin/python3 -m pip download -q -d build/wheelhouse "scikit-build-core>=0.10"
+fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

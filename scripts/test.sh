@@ -2,6 +2,7 @@
 # Sets up and runs every test and quality gate (this is what CI runs, from .ci/run):
 #   1. clang-format: no file differs from its formatted self
 #   2. the release build's unit and black-box tests (CTest)
+#   2b. Perseus installed: cmake --install, pip install . in a venv, the .deb (tests/install)
 #   3. the same tests in a build with AddressSanitizer and UndefinedBehaviorSanitizer
 #   4. the libFuzzer target for the hostfile and -H parsers, for PERSEUS_FUZZ_SECONDS (60)
 set -euo pipefail
@@ -15,6 +16,9 @@ clang-format --dry-run --Werror "${sources[@]}"
 
 echo "== tests (release build)"
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== install (cmake --install, pip install ., the .deb; tests/install/run.sh)"
+tests/install/run.sh
 
 echo "== tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \

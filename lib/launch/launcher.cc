@@ -14,6 +14,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -50,34 +51,55 @@ constexpr size_t kResumeAt = 1u << 20;
 // the rest is dropped (and the loss said). A reader that keeps reading gets everything.
 constexpr int kOutputDrainMs = 2000;
 
+// The folders that may hold this perseusrun's `perseus` package, nearest first: an
+// installation's <prefix>/PERSEUS_INSTALL_PYTHONDIR (cmake --install, the .deb), a virtual
+// environment's <prefix>/lib/python3.X/site-packages (pip install), then the source tree of a
+// build tree's perseusrun.
+std::vector<std::filesystem::path> package_candidates(const std::filesystem::path &prefix) {
+  std::vector<std::filesystem::path> found{prefix / PERSEUS_INSTALL_PYTHONDIR};
+  std::error_code error;
+  for (const auto &entry : std::filesystem::directory_iterator(prefix / "lib", error)) {
+    if (entry.path().filename().string().rfind("python3", 0) == 0) {
+      found.push_back(entry.path() / "site-packages");
+    }
+  }
+  found.push_back(std::filesystem::path(PERSEUS_SOURCE_DIR) / "lib/framework_shims");
+  return found;
+}
+
 // Where this perseusrun's libperseus and `perseus` package are, so that `import perseus` works
-// in ranks without help: a build tree (build/apps/perseusrun/perseusrun beside
-// build/lib/comm/libperseus.so, the package in the source tree) or an installation
-// (<prefix>/bin beside <prefix>/lib). The user's PERSEUS_LIBRARY wins; the package directory goes
-// in front of the user's PYTHONPATH.
+// in ranks without help, found from perseusrun's own path (/proc/self/exe): an installation
+// (<prefix>/bin/perseusrun) first, else the build tree it was built in
+// (build/apps/perseusrun/perseusrun beside build/lib/comm/libperseus.so, the package in the
+// source tree). The library that came with the package (perseus/lib/libperseus.so) is preferred;
+// the user's PERSEUS_LIBRARY wins over all. The package directory goes in front of the user's
+// PYTHONPATH.
 void find_shims(JobFacts &facts) {
   std::error_code error;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return;
   const std::filesystem::path dir = self.parent_path();
+  std::filesystem::path package;
+  for (const auto &candidate : package_candidates(dir.parent_path())) {
+    if (std::filesystem::exists(candidate / "perseus/__init__.py", error)) {
+      package = std::filesystem::weakly_canonical(candidate, error);
+      const char *user = getenv("PYTHONPATH");
+      facts.python_path = package.string() + (user && *user ? std::string(":") + user : "");
+      break;
+    }
+  }
   const char *library = getenv("PERSEUS_LIBRARY");
   if (library && *library) {
     facts.library = library;
-  } else {
-    for (const auto &candidate :
-         {dir / "../../lib/comm/libperseus.so", dir / "../lib/libperseus.so"}) {
-      if (std::filesystem::exists(candidate, error)) {
-        facts.library = std::filesystem::weakly_canonical(candidate, error).string();
-        break;
-      }
-    }
+    return;
   }
-  for (const auto &candidate : {std::filesystem::path(PERSEUS_SOURCE_DIR) / "lib/framework_shims",
-                                dir / "../lib/perseus/python"}) {
-    if (std::filesystem::exists(candidate / "perseus/__init__.py", error)) {
-      const char *user = getenv("PYTHONPATH");
-      facts.python_path = std::filesystem::weakly_canonical(candidate, error).string() +
-                          (user && *user ? std::string(":") + user : "");
+  std::vector<std::filesystem::path> libraries{
+      dir / ".." / PERSEUS_INSTALL_LIBDIR / "libperseus.so.0",
+      dir / "../../lib/comm/libperseus.so"};
+  if (!package.empty()) libraries.insert(libraries.begin(), package / "perseus/lib/libperseus.so");
+  for (const auto &candidate : libraries) {
+    if (std::filesystem::exists(candidate, error)) {
+      facts.library = std::filesystem::absolute(candidate, error).lexically_normal().string();
       break;
     }
   }

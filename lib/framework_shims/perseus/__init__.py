@@ -10,9 +10,10 @@ DDP alone. See lib/framework_shims/README.md.
 """
 import os
 
-from perseus._native import NonFiniteError, PerseusError  # noqa: F401
+from perseus._native import PACKAGE_VERSION, NonFiniteError, PerseusError  # noqa: F401
 
-__all__ = ["PerseusError", "NonFiniteError", "ddp_stats"]
+__version__ = PACKAGE_VERSION
+__all__ = ["PerseusError", "NonFiniteError", "ddp_stats", "__version__"]
 
 
 def ddp_stats():

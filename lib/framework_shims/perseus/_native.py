@@ -14,6 +14,7 @@ import atexit
 import ctypes
 import ctypes.util
 import os
+import re
 import sys
 import threading
 
@@ -86,6 +87,48 @@ def dtype_code(name):
         raise PerseusError("libperseus has no element type for %s (supported: %s)"
                            % (name, ", ".join(DTYPES)), ERROR_INVALID_ARGUMENT)
     return DTYPES[key]
+
+
+def _package_version():
+    """This package's version: the one its build wrote (perseus/_version.py, installed with the
+    package) or, for the package in the source tree, the CMake project's (CMakeLists.txt)."""
+    try:
+        from perseus._version import VERSION
+        return VERSION
+    except ImportError:
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    top = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(here))), "CMakeLists.txt")
+    try:
+        with open(top) as f:
+            found = re.search(r"project\(perseus VERSION ([0-9.]+)", f.read())
+    except OSError:
+        found = None
+    return found.group(1) if found else "0.0.0+unknown"
+
+
+PACKAGE_VERSION = _package_version()
+# The C ABI this package speaks: libperseus's soname major (libperseus.so.N), its version's first
+# part. A library of another ABI is refused, not called.
+ABI_VERSION = int(PACKAGE_VERSION.split(".")[0])
+
+
+def _abi_mismatch(path, loaded):
+    """Why the library at `path` cannot serve this package, or "" when its ABI is this one's."""
+    try:
+        call = loaded.perseus_version
+    except AttributeError:
+        return "%s has no perseus_version (not a libperseus?)" % path
+    call.argtypes, call.restype = [], ctypes.c_int
+    code = call()
+    if code // 10000 == ABI_VERSION:
+        return ""
+    return ("%s is libperseus %d.%d.%d (C ABI %d), but this perseus package is %s (C ABI %d, "
+            "from %s): install the package and the library from one build, or point "
+            "PERSEUS_LIBRARY at a libperseus.so.%d"
+            % (path, code // 10000, code // 100 % 100, code % 100, code // 10000,
+               PACKAGE_VERSION, ABI_VERSION, os.path.dirname(os.path.abspath(__file__)),
+               ABI_VERSION))
 
 
 _lib = None
@@ -203,6 +246,10 @@ def lib():
                 loaded = ctypes.CDLL(path)
             except OSError as e:
                 errors.append("%s: %s" % (path, e))
+                continue
+            mismatch = _abi_mismatch(path, loaded)
+            if mismatch:
+                errors.append(mismatch)
                 continue
             missing = _declare(loaded)
             if missing:
