@@ -163,9 +163,12 @@ def mpirun(n, program, *args, hosts=None, env=None, timeout=TIMEOUT):
 
 
 def mpirun_rank_lines(proc, pattern):
-    """{rank: match} of pattern on mpirun --tag-output's "[jobid,rank]<stdout>:" lines."""
+    """{rank: match} of pattern on mpirun --tag-output's "[jobid,rank]<stdout>:" chunks. Open
+    MPI tags what it reads as it reads it, so a rank's line and its newline may come apart,
+    with another rank's tagged text between them: a chunk ends at the next tag or newline."""
     found = {}
-    for m in re.finditer(r"^\[\d+,(\d+)\]<stdout>:\s?(.*)$", proc.stdout, re.M):
+    for m in re.finditer(r"\[\d+,(\d+)\]<stdout>:\s?(.*?)(?=\[\d+,\d+\]<std(?:out|err)>:|$)",
+                         proc.stdout, re.M):
         hit = re.match(pattern, m.group(2))
         if hit:
             found[int(m.group(1))] = hit

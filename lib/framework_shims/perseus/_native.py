@@ -433,11 +433,13 @@ class Request:
     collected (after waiting for it: its buffers are in use until it is done). `keep` holds
     whatever must outlive the operation (the buffers' owners, the counts arrays)."""
 
-    def __init__(self, handle, what, keep=()):
+    def __init__(self, handle, what, keep=(), key=None):
         self._handle = handle
         self.what = what
         self._keep = keep
+        self._key = key  # (process set, name) of a named operation, else None
         self._result = None
+        _take_name(key)
 
     def poll(self):
         if self._handle is None:
@@ -454,6 +456,7 @@ class Request:
                                    ERROR_INVALID_ARGUMENT)
             self._result = lib().perseus_wait(self._handle)
             self._detail = last_error() if self._result < 0 else ""
+            self._key = _free_name(self._key)
         if self._result < 0:
             name = ERROR_NAMES.get(self._result, str(self._result))
             raise PerseusError("%s failed (%s): %s" % (self.what, name, self._detail),
@@ -474,43 +477,82 @@ class Request:
         if handle is not None and _lib is not None:
             _lib.perseus_release(handle)
         self._keep = ()
+        self._key = _free_name(self._key)
 
     def __del__(self):
         try:
-            if self._handle is not None and _lib is not None and \
-                    _lib.perseus_poll(self._handle) == 0:
-                # Dropped while it runs (an async call whose handle was never synchronized):
-                # releasing would block this thread until the other ranks submit it too, maybe
-                # never. Its buffers stay alive with it until it is done.
-                with _orphans_lock:
-                    _orphans.append((self._handle, self._keep))
-                self._handle, self._keep = None, ()
+            if self._handle is not None and _lib is not None and self._result is None:
+                # Dropped before anyone waited for it (an async call whose handle was never
+                # synchronized): releasing a running request would block this thread until the
+                # other ranks submit it too, maybe never. Its buffers stay alive with it, and
+                # its name stays taken, until a later submission finds it done.
+                with _names_lock:
+                    _orphans.append((self._handle, self._keep, self._key))
+                self._handle, self._keep, self._key = None, (), None
                 return
             self.release()
         except Exception:  # interpreter shutdown
             pass
 
 
-# Requests dropped while running: (handle, buffers), released once done (at the next
-# submission, or at exit after perseus_finalize has ended them).
+# A named operation's name is taken on this rank from its submission until its result is
+# collected (wait, which synchronize calls) or its request released: a second submission under
+# it raises DuplicateNameError, as Horovod's does while the first is in flight. Horovod frees
+# the name when its background thread ends the operation; here the caller's handle decides,
+# so the refusal does not depend on how fast the other ranks were (Horovod's own tests submit
+# twice right after the other ranks have, and expect the error).
+_taken = {}  # key -> number of requests under it not collected
+# Requests dropped before they were waited for: (handle, buffers, key), released (and their
+# names freed) once done, by the next submission under another name or at exit, after
+# perseus_finalize has ended them.
 _orphans = []
-_orphans_lock = threading.Lock()
+_names_lock = threading.Lock()
+
+
+def _take_name(key):
+    if key is not None:
+        with _names_lock:
+            _taken[key] = _taken.get(key, 0) + 1
+
+
+def _free_name(key):
+    if key is not None:
+        with _names_lock:
+            left = _taken.get(key, 0) - 1
+            if left > 0:
+                _taken[key] = left
+            else:
+                _taken.pop(key, None)
+    return None
 
 
 def _release_finished_orphans(everything=False):
     if not _orphans or _lib is None:
         return
-    with _orphans_lock:
-        keep = []
-        for handle, buffers in _orphans:
-            if everything or _lib.perseus_poll(handle) != 0:
-                _lib.perseus_release(handle)
-            else:
-                keep.append((handle, buffers))
-        _orphans[:] = keep
+    with _names_lock:
+        done, running = [], []
+        for orphan in _orphans:
+            (done if everything or _lib.perseus_poll(orphan[0]) != 0 else running).append(orphan)
+        _orphans[:] = running
+    for handle, _, key in done:
+        _lib.perseus_release(handle)
+        _free_name(key)
 
 
-def _submit(fn, what, keep, *args, shape=None):
+def _refuse_taken_name(key, what):
+    with _names_lock:
+        taken = key in _taken
+    if taken:
+        detail = ("an operation named '%s' %s (submitted here and not yet synchronized): "
+                  "synchronize its handle first, or use another name"
+                  % (key[1].decode("utf-8", "replace"), _IN_FLIGHT))
+        raise DuplicateNameError("%s failed (PERSEUS_ERROR_INVALID_ARGUMENT): %s" % (
+            what, detail), ERROR_INVALID_ARGUMENT, detail)
+
+
+def _submit(fn, what, keep, *args, shape=None, key=None):
+    if key is not None:
+        _refuse_taken_name(key, what)
     _release_finished_orphans()
     if shape is not None:
         dims = [int(d) for d in shape]
@@ -520,7 +562,12 @@ def _submit(fn, what, keep, *args, shape=None):
     rc = fn(*args, ctypes.byref(handle))
     if rc < 0:
         raise error(rc, what)
-    return Request(handle, what, keep)
+    return Request(handle, what, keep, key)
+
+
+def _key(name, process_set=GLOBAL_PROCESS_SET):
+    """What makes a named operation's name unique on this rank: (process set, name)."""
+    return None if name is None else (int(process_set), _name(name))
 
 
 def _size_array(values):
@@ -549,9 +596,10 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
     if _in_set(process_set, device, what):
         return _submit(lib().perseus_allreduce_async_in, what, keep, int(process_set), send,
                        recv, count, dtype, op, float(prescale), float(postscale), _name(name),
-                       shape=shape)
+                       shape=shape, key=_key(name, process_set))
     return _submit(lib().perseus_allreduce_async, what, keep, send, recv, count, dtype, op,
-                   float(prescale), float(postscale), _name(name), device, stream, shape=shape)
+                   float(prescale), float(postscale), _name(name), device, stream, shape=shape,
+                   key=_key(name))
 
 
 def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, stream=None,
@@ -559,9 +607,10 @@ def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, strea
     """root is a rank of the job (in a process set: one of its members)."""
     if _in_set(process_set, device, what):
         return _submit(lib().perseus_broadcast_async_in, what, keep, int(process_set), buf,
-                       count, dtype, root, _name(name), shape=shape)
+                       count, dtype, root, _name(name), shape=shape,
+                       key=_key(name, process_set))
     return _submit(lib().perseus_broadcast_async, what, keep, buf, count, dtype, root,
-                   _name(name), device, stream, shape=shape)
+                   _name(name), device, stream, shape=shape, key=_key(name))
 
 
 def allgatherv_async(send, count, dtype, name=None, device=DEVICE_CPU, stream=None,
@@ -570,16 +619,17 @@ def allgatherv_async(send, count, dtype, name=None, device=DEVICE_CPU, stream=No
     the set's size."""
     if _in_set(process_set, device, what):
         return _submit(lib().perseus_allgatherv_async_in, what, keep, int(process_set), send,
-                       count, dtype, _name(name), shape=shape)
+                       count, dtype, _name(name), shape=shape,
+                       key=_key(name, process_set))
     return _submit(lib().perseus_allgatherv_async, what, keep, send, count, dtype, _name(name),
-                   device, stream, shape=shape)
+                   device, stream, shape=shape, key=_key(name))
 
 
 def alltoall_async(send, send_counts, dtype, name=None, device=DEVICE_CPU, stream=None,
                    what="alltoall", keep=(), shape=None):
     counts = _size_array(send_counts)
     return _submit(lib().perseus_alltoall_async, what, tuple(keep) + (counts,), send, counts,
-                   dtype, _name(name), device, stream, shape=shape)
+                   dtype, _name(name), device, stream, shape=shape, key=_key(name))
 
 
 def reducescatter_async(send, recv, recv_counts, dtype, op, prescale=1.0, postscale=1.0,
@@ -588,7 +638,7 @@ def reducescatter_async(send, recv, recv_counts, dtype, op, prescale=1.0, postsc
     counts = _size_array(recv_counts)
     return _submit(lib().perseus_reducescatter_async, what, tuple(keep) + (counts,), send, recv,
                    counts, dtype, op, float(prescale), float(postscale), _name(name), device,
-                   stream, shape=shape)
+                   stream, shape=shape, key=_key(name))
 
 
 def join(device=DEVICE_CPU):

@@ -80,6 +80,26 @@ def duplicate_names(check):
                          % (what, name, me), contains=["already in flight"])
             hvd.synchronize(handle)
         next_works(check, "after a duplicate " + what)
+    # As Horovod's own tests write it, every rank drops its first handle: the second
+    # submission must raise even when the first has already finished (the other ranks were
+    # waiting for it), so many rounds, each its own name.
+    for what, submit in submits.items():
+        for round_ in range(10):
+            name = "dropped.%s.%d" % (what, round_)
+            if me == 0:
+                submit(name)
+                check.raises(ValueError, lambda: submit(name), "%s: second '%s' on rank 0"
+                             % (what, name), contains=["already in flight"])
+            hvd.barrier()
+            if me > 0:
+                submit(name)
+                check.raises(ValueError, lambda: submit(name), "%s: second '%s' on rank %d"
+                             % (what, name, me), contains=["already in flight"])
+            hvd.barrier()
+        next_works(check, "after dropped duplicates of " + what)
+        # Once a submission under another name has found the dropped one done, the name is free.
+        again = hvd.synchronize(submit(name))
+        check(again is not None, "%s: '%s' again after it ended" % (what, name))
 
 
 def join(check):
