@@ -24,8 +24,10 @@ namespace perseus::comm {
 
 namespace {
 
-// What every rank tells the others (MPI_Allgather, as bytes): its host name, for the places, and
-// its machine (kernel boot id and network namespace), for whether loopback reaches rank 0.
+// What every rank tells the others (MPI_Allgather, as bytes): its host name and its machine
+// (kernel boot id and network namespace). Ranks sharing both are on one host (the places);
+// sharing the machine, loopback reaches rank 0. Host names alone are not enough: containers
+// and network namespaces of one machine often share its name, and are hosts of their own.
 struct HostRecord {
   char host[256];
   char machine[128];
@@ -233,7 +235,7 @@ void check_size(int size, Lookup lookup, const std::string &launcher) {
 JobEnvironment place_of(int rank, const std::vector<HostRecord> &hosts, const StoreRecord &store,
                         Lookup lookup) {
   std::vector<std::string> names;
-  for (const HostRecord &h : hosts) names.emplace_back(h.host);
+  for (const HostRecord &h : hosts) names.push_back(std::string(h.host) + '\n' + h.machine);
   const HostPlace place = place_among_hosts(names, rank);
   JobEnvironment job;
   job.rank = rank;

@@ -231,8 +231,6 @@ def test_sync_batch_norm_two_ssh_hosts(scope, groups):
 
 
 @pytest.mark.skipif(not shutil.which("mpirun"), reason="mpirun (Open MPI) is not installed")
-@pytest.mark.xfail(strict=True, reason="the test hosts share this machine's host name, and "
-                   "libperseus places mpirun's ranks by host name: it sees one host of 4 ranks")
 def test_sync_batch_norm_scope_0_two_ssh_hosts_under_mpirun():
     # mpirun reaches the test hosts through ssh with the test key and known_hosts (OpenSSH
     # ignores $HOME); Open MPI's shared-memory transport crashes across the namespaces (one host
