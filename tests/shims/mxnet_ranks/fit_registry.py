@@ -39,7 +39,16 @@ def agree(flat, what):
     checks += 1
 
 
-def module_fit(kvstore, seed):
+# The seed's symbol form of the synchronised BatchNorm inside Module code (scope 1: every rank,
+# so the moving statistics agree between ranks too).
+bn_net = mx.sym.FullyConnected(data, num_hidden=16, name="fc1")
+bn_net = mx.sym.contrib.PerseusSyncBatchNorm(bn_net, comm_scope=1, fix_gamma=False, name="bn1")
+bn_net = mx.sym.Activation(bn_net, act_type="relu")
+bn_net = mx.sym.FullyConnected(bn_net, num_hidden=4, name="fc2")
+bn_net = mx.sym.SoftmaxOutput(bn_net, name="softmax")
+
+
+def module_fit(kvstore, seed, net=net):
     # fit.py: each worker reads its part (num_parts=kv.num_workers, part_index=kv.rank)
     mx.random.seed(seed)
     part = slice(rank * N // size, (rank + 1) * N // size)
@@ -54,12 +63,15 @@ def module_fit(kvstore, seed):
             optimizer_params={"learning_rate": 0.2, "momentum": 0.9})
     after = dict(mod.score(train, "ce"))["cross-entropy"]
     assert isinstance(mod._kvstore, perseus.mxnet.PerseusKVStore), type(mod._kvstore)
-    arg, _ = mod.get_params()
-    return before, after, np.concatenate([arg[k].asnumpy().ravel() for k in sorted(arg)])
+    arg, aux = mod.get_params()
+    return before, after, np.concatenate([arg[k].asnumpy().ravel() for k in sorted(arg)] +
+                                         [aux[k].asnumpy().ravel() for k in sorted(aux)])
 
 
-for how, store in (("the store fit.py creates", kv), ("the name", "dist_sync_perseus")):
-    before, after, flat = module_fit(store, seed=10 + rank)  # rank 0's initial weights win
+for how, store, model in (("the store fit.py creates", kv, net),
+                          ("the name", "dist_sync_perseus", net),
+                          ("mx.sym.contrib.PerseusSyncBatchNorm", "dist_sync_perseus", bn_net)):
+    before, after, flat = module_fit(store, seed=10 + rank, net=model)  # rank 0's weights win
     agree(flat, "Module.fit with " + how)
     assert after < 0.7 * before, "Module.fit with %s: loss %.4f -> %.4f" % (how, before, after)
     checks += 1

@@ -1,6 +1,7 @@
 """PerseusSyncBatchNorm against gluon.nn.BatchNorm over the combined batch of the ranks it
 averages over: outputs, input gradients, gamma/beta gradients (summed over those ranks) and the
-running statistics, for 2-D and 4-D inputs.
+running statistics, for 2-D and 4-D inputs; the Gluon block imperative and hybridized, and the
+symbol form (mx.sym.contrib.PerseusSyncBatchNorm) bound as Module code binds it.
 
     sync_bn.py SCOPE
 
@@ -35,7 +36,23 @@ def check(got, want, what, rtol=1e-4, atol=1e-5):
     checks += 1
 
 
-def run_case(shape, per_rank, steps=2, **kwargs):
+def symbolic_layer(shape, per_rank, gamma, beta, scale=True, center=True):
+    """The same layer as mx.sym.contrib.PerseusSyncBatchNorm, bound as Module code binds it."""
+    data = mx.sym.var("data")
+    sym = mx.sym.contrib.PerseusSyncBatchNorm(data, eps=1e-5, momentum=0.8, fix_gamma=not scale,
+                                              comm_scope=scope, name="sym_bn_%d" % len(shape))
+    assert sym.list_auxiliary_states() == ["sym_bn_%d_moving_mean" % len(shape),
+                                           "sym_bn_%d_moving_var" % len(shape)]
+    exe = sym.simple_bind(mx.cpu(), data=(per_rank,) + shape, grad_req="write")
+    prefix = "sym_bn_%d_" % len(shape)
+    exe.arg_dict[prefix + "gamma"][:] = gamma
+    exe.arg_dict[prefix + "beta"][:] = beta
+    exe.aux_dict[prefix + "moving_mean"][:] = 0
+    exe.aux_dict[prefix + "moving_var"][:] = 1
+    return exe, prefix
+
+
+def run_case(shape, per_rank, steps=2, hybridize=False, **kwargs):
     rng = np.random.RandomState(11)
     C = shape[0]
     xs = [rng.randn(steps, per_rank, *shape).astype("float32") * (r + 1) + r for r in range(size)]
@@ -53,6 +70,9 @@ def run_case(shape, per_rank, steps=2, **kwargs):
     ref = mx.gluon.nn.BatchNorm(momentum=0.8, in_channels=C, **kwargs)
     init(sync)
     init(ref)
+    if hybridize:
+        sync.hybridize()
+    exe, prefix = symbolic_layer(shape, per_rank, gamma, beta, **kwargs)
     gpos = group.index(rank)
     for s in range(steps):
         x = mx.nd.array(xs[rank][s])
@@ -81,6 +101,22 @@ def run_case(shape, per_rank, steps=2, **kwargs):
             check(total, getattr(ref, name).grad().asnumpy(), name + " gradient " + what)
         check(sync.running_mean.data(), ref.running_mean.data().asnumpy(), "running_mean " + what)
         check(sync.running_var.data(), ref.running_var.data().asnumpy(), "running_var " + what)
+        # the symbol form, bound like Module code: forward (training) and backward by hand
+        exe.arg_dict["data"][:] = xs[rank][s]
+        exe.forward(is_train=True)
+        exe.backward([mx.nd.array(weights[rank])])
+        check(exe.outputs[0], yr.asnumpy()[mine], "symbol output " + what)
+        check(exe.grad_dict["data"], xr.grad.asnumpy()[mine], "symbol input gradient " + what)
+        for name in ("gamma", "beta"):
+            if getattr(sync, name).grad_req == "null":
+                continue
+            g = exe.grad_dict[prefix + name].asnumpy()
+            total = sum(hvd.allgather(mx.nd.array(g[None, :])).asnumpy()[r] for r in group)
+            check(total, getattr(ref, name).grad().asnumpy(), "symbol %s gradient %s" % (name, what))
+        check(exe.aux_dict[prefix + "moving_mean"], ref.running_mean.data().asnumpy(),
+              "symbol moving_mean " + what)
+        check(exe.aux_dict[prefix + "moving_var"], ref.running_var.data().asnumpy(),
+              "symbol moving_var " + what)
     # inference uses the running statistics, like BatchNorm
     xt = mx.nd.array(xs[rank][0])
     check(sync(xt), ref(xt).asnumpy(), "inference " + str(shape))
@@ -88,15 +124,18 @@ def run_case(shape, per_rank, steps=2, **kwargs):
 
 run_case((3,), per_rank=4)
 run_case((2, 3, 3), per_rank=2)
+run_case((2, 3, 3), per_rank=3, hybridize=True)
 run_case((4,), per_rank=3, scale=False, center=False)
 # in a network trained with DistributedTrainer: the backward's all-reduces (run by MXNet's
 # engine) and the trainer's (this thread) are named, so their order between ranks does not matter
 mx.random.seed(5)
-net = mx.gluon.nn.Sequential()
+net = mx.gluon.nn.HybridSequential()
 net.add(mx.gluon.nn.Dense(6, in_units=4), hvd.PerseusSyncBatchNorm(comm_scope=scope),
         mx.gluon.nn.Activation("relu"), mx.gluon.nn.Dense(2, in_units=6),
         hvd.PerseusSyncBatchNorm(in_channels=2, comm_scope=scope))
 net.initialize()
+if rank % 2:
+    net.hybridize()  # hybridized or not, the ranks' layers meet (named by the blocks' names)
 trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
 rng = np.random.RandomState(rank)
 for step in range(3):
