@@ -231,7 +231,11 @@ def test_sync_batch_norm_two_ssh_hosts(scope, groups):
 
 
 @pytest.mark.skipif(not shutil.which("mpirun"), reason="mpirun (Open MPI) is not installed")
-def test_sync_batch_norm_scope_0_two_ssh_hosts_under_mpirun():
+@pytest.mark.parametrize("scope,groups", [
+    (0, {0: "[0, 1]", 1: "[0, 1]", 2: "[2, 3]", 3: "[2, 3]"}),
+    (1, {r: "[0, 1, 2, 3]" for r in range(4)}),
+])
+def test_sync_batch_norm_two_ssh_hosts_under_mpirun(scope, groups):
     # mpirun reaches the test hosts through ssh with the test key and known_hosts (OpenSSH
     # ignores $HOME); Open MPI's shared-memory transport crashes across the namespaces (one host
     # name for all), hence btl tcp,self.
@@ -252,14 +256,13 @@ def test_sync_batch_norm_scope_0_two_ssh_hosts_under_mpirun():
         env.update(OMPI_MCA_plm_rsh_agent=agent, OMPI_MCA_routed="direct",
                    OMPI_MCA_btl="tcp,self", OMPI_MCA_pml="ob1")
         try:
-            proc = mpirun(4, RANKS / "sync_bn.py", 0, env=env,
+            proc = mpirun(4, RANKS / "sync_bn.py", scope, env=env,
                           hosts=",".join(a + ":2" for a in hosts.addresses))
         finally:
             hosts.kill_leftovers()
         assert proc.returncode == 0, show(proc)
         passed = mpirun_rank_lines(proc, r"mxnet sync_bn: \d+ checks passed \(scope \d, group (.*)\)")
-        assert {r: m.group(1) for r, m in passed.items()} == {
-            0: "[0, 1]", 1: "[0, 1]", 2: "[2, 3]", 3: "[2, 3]"}, show(proc)
+        assert {r: m.group(1) for r, m in passed.items()} == groups, show(proc)
 
 
 @pytest.mark.parametrize("how,code", [("raise", 1), ("exit3", 3), ("exit0", 1)])
