@@ -146,6 +146,21 @@ def main():
     check.close(hvd.allreduce(torch.tensor([float(me)]), op=hvd.Sum, name="x",
                               process_set=everyone), torch.tensor([float(sum(range(n)))]),
                 "set of every rank")
+
+    # Removal, as Horovod's: True, then the set cannot be used; the same ranks can be added
+    # again; the global set and a removed set give False.
+    check(hvd.remove_process_set(odd) is True, "remove_process_set(odd) is True")
+    check.raises(ValueError, lambda: hvd.allreduce(torch.ones(2), process_set=odd),
+                 "a removed set", ["not added"])
+    check(hvd.remove_process_set(odd) is False, "removing it again is False")
+    check(hvd.remove_process_set(hvd.global_process_set) is False, "the global set is kept")
+    again = hvd.add_process_set([r for r in range(n) if r % 2])
+    if me % 2:
+        check.close(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, name="again",
+                                  process_set=again), torch.tensor([float(n // 2)]),
+                    "the removed set's ranks added again")
+    else:
+        check(not again.included(), "rank %d is not in the set added again" % me)
     hvd.barrier()
     hvd.shutdown()
     check.finish()

@@ -94,9 +94,18 @@ def add_process_set(process_set):
     return process_set
 
 
-def remove_process_set(*args, **kwargs):
-    raise NotImplementedError("perseus.torch: process sets cannot be removed (libperseus keeps "
-                              "them until perseus_finalize)")
+def remove_process_set(process_set):
+    """Removes a process set made by add_process_set, as Horovod does: collective over EVERY
+    rank (a barrier of the job), after which the ProcessSet can no longer be used (it may be
+    added again). Returns True, or False for the global set or a set that is not added.
+    libperseus keeps the set's number until perseus_finalize; nothing else holds on to it."""
+    if not isinstance(process_set, ProcessSet) or process_set is global_process_set or \
+            process_set.process_set_id in (None, _native.GLOBAL_PROCESS_SET):
+        return False
+    _native.barrier()
+    _SET_SIZES.pop(process_set.process_set_id, None)
+    process_set.process_set_id = None
+    return True
 
 
 # ---- the process ---------------------------------------------------------------------------
