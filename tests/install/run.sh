@@ -175,6 +175,28 @@ SEEDS
     expect '^(\[default[01]\]:)?ddp rank [01]: [0-9]+ buckets through $site/perseus/__init__.py$' 2 \
     clean '$venv/bin/python' -m torch.distributed.launch --use_env --nproc_per_node 2 --redirects 1 --tee 1 \
       --master_addr 127.0.0.1 --master_port $(free_port) ddp.py"
+  test_wheel "${args[@]}"
+}
+
+# pip wheel . (the same CMake tree, so incremental), installed into a second venv that never saw
+# the checkout: the wheel carries everything, and nothing in it points back at this machine's
+# build (RUNPATHs), so it installs on another machine of the same kind.
+test_wheel() {
+  local wheels="$tmp/wheels" venv="$tmp/venv_wheel" site whl
+  $python -m venv --system-site-packages "$venv"
+  check "pip wheel ." clean "$venv/bin/pip" wheel --no-deps -w "$wheels" "$@" "$root" || return
+  whl=$(ls "$wheels"/perseus-*.whl 2>/dev/null | head -n 1)
+  check "one platform wheel (not pure Python: it holds libperseus)" bash -c     "[[ '$whl' == *-linux_*.whl || '$whl' == *-manylinux*.whl ]] || { echo '$whl'; exit 1; }"
+  mkdir -p "$tmp/unpacked" && (cd "$tmp/unpacked" && $python -m zipfile -e "$whl" .)
+  check "no RUNPATH in the wheel names the build tree" bash -c "cd '$tmp/unpacked' &&
+    for f in \$(find . -type f \( -name '*.so*' -o -name perseusrun \)); do
+      readelf -d \"\$f\" | grep -E 'RPATH|RUNPATH' | grep -F '$root' && { echo \"\$f\"; exit 1; }
+    done; true"
+  check "pip install the wheel into another venv" clean "$venv/bin/pip" install -q --no-index \
+    --no-deps "$whl"
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+  check "the wheel's ranks load the wheel's library" ranks_use_installed "$venv/bin/perseusrun" \
+    "$venv/bin/python" "$site"
 }
 
 test_deb() {
