@@ -77,10 +77,7 @@ def _group_sum(values, comm_scope, name):
     request = _native.allreduce_async(host.ctypes.data, host.ctypes.data, host.size,
                                       _native.dtype_code("float64"), _native.SUM, name=name,
                                       what=what, keep=(host,), process_set=process_set)
-    try:
-        request.wait()
-    finally:
-        request.release()
+    ops._finish([request])
     return host
 
 
