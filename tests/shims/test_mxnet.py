@@ -124,6 +124,36 @@ def test_unpatched_fit_py_with_the_store_name():
     assert sorted(passed) == [0, 1], show(proc)
 
 
+EXAMPLES = os.environ.get("PERSEUS_MXNET_EXAMPLES")
+
+
+@pytest.mark.skipif(not EXAMPLES, reason="PERSEUS_MXNET_EXAMPLES (a checkout's "
+                    "example/image-classification folder; not in the mxnet wheel) is not set")
+@pytest.mark.parametrize("launcher", ["perseusrun", "mpirun"])
+def test_mxnet_example_fit_py(launcher):
+    # Issue 19: MXNet's own fit.py with --kv-store dist_sync_perseus, under both launchers.
+    if launcher == "mpirun" and not shutil.which("mpirun"):
+        pytest.skip("mpirun (Open MPI) is not installed")
+    args = (EXAMPLES, "--kv-store", "dist_sync_perseus")
+    if launcher == "perseusrun":
+        proc = perseusrun("localhost:2", RANKS / "fit_example.py", *args)
+        lines = lambda pattern: rank_lines(proc, pattern)  # noqa: E731
+    else:
+        proc = mpirun(2, RANKS / "fit_example.py", *args)
+        lines = lambda pattern: mpirun_rank_lines(proc, pattern)  # noqa: E731
+    assert proc.returncode == 0, show(proc)
+    assert sorted(lines(r"mxnet fit_example: done")) == [0, 1], show(proc)
+    text = proc.stdout
+    accuracy = {}
+    for rank, epoch, value in re.findall(r"\[\d+,(\d)\]<stdout>:\s?mxnet fit_example: "
+                                         r"Epoch\[(\d+)\] Validation-accuracy=([0-9.]+)", text):
+        accuracy.setdefault(int(epoch), {})[int(rank)] = float(value)
+    assert sorted(accuracy) == [0, 1, 2, 3], show(proc)
+    for epoch, ranks in accuracy.items():
+        assert sorted(ranks) == [0, 1] and ranks[0] == ranks[1], (epoch, ranks)
+    assert accuracy[3][0] > 0.6, accuracy
+
+
 @pytest.mark.parametrize("n,scope", [(2, 1), (3, 1), (2, 0), (3, 0)])
 def test_sync_batch_norm_matches_batch_norm(n, scope):
     # One host: comm_scope 0 (the host's ranks) is every rank, as comm_scope 1.
