@@ -253,8 +253,8 @@ PERSEUS_API int perseus_join(int device, int *last_rank);
  * not): makes a set of `count` distinct ranks (any order) and gives its number, the same on
  * every rank, in *process_set. The members connect among themselves now. */
 PERSEUS_API int perseus_add_process_set(const int *ranks, int count, int *process_set);
-/* The asynchronous operations above within a process set: only its members submit them, and
- * only they take part. root is a rank of the job (a member); allgatherv's result holds the
+/* The asynchronous operations above (and the barrier) within a process set: only its members
+ * submit them, and only they take part; unnamed ones are counted per set. root is a rank of the job (a member); allgatherv's result holds the
  * members' blocks in rank order, and perseus_output_counts gives one count per member. */
 PERSEUS_API int perseus_allreduce_async_in(int process_set, const void *send, void *recv,
                                            size_t count, int dtype, int op, double prescale,
@@ -265,6 +265,17 @@ PERSEUS_API int perseus_broadcast_async_in(int process_set, void *buf, size_t co
 PERSEUS_API int perseus_allgatherv_async_in(int process_set, const void *send, size_t count,
                                             int dtype, const char *name,
                                             perseus_request_t **request);
+/* send_counts / recv_counts hold one count per member of the set, in rank order, and the
+ * output counts of alltoall one per member. */
+PERSEUS_API int perseus_alltoall_async_in(int process_set, const void *send,
+                                          const size_t *send_counts, int dtype, const char *name,
+                                          perseus_request_t **request);
+PERSEUS_API int perseus_reducescatter_async_in(int process_set, const void *send, void *recv,
+                                               const size_t *recv_counts, int dtype, int op,
+                                               double prescale, double postscale,
+                                               const char *name, perseus_request_t **request);
+/* Returns once every member of the set has called it (only members call it). */
+PERSEUS_API int perseus_barrier_in(int process_set);
 
 /* What the last failed call of this thread said: the function, the name given to it, what
  * failed with which value, and what to do. "" when none has failed. Valid until this thread's

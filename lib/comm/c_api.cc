@@ -532,6 +532,36 @@ PERSEUS_API int perseus_allgatherv_async_in(int process_set, const void *send, s
   });
 }
 
+PERSEUS_API int perseus_alltoall_async_in(int process_set, const void *send,
+                                          const size_t *send_counts, int dtype, const char *name,
+                                          perseus_request_t **request) {
+  return with_runtime("perseus_alltoall_async_in", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(
+        r.alltoall(send, send_counts, dtype, name, PERSEUS_DEVICE_CPU, nullptr, process_set),
+        request);
+  });
+}
+
+PERSEUS_API int perseus_reducescatter_async_in(int process_set, const void *send, void *recv,
+                                               const size_t *recv_counts, int dtype, int op,
+                                               double prescale, double postscale,
+                                               const char *name, perseus_request_t **request) {
+  return with_runtime("perseus_reducescatter_async_in", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.reducescatter(send, recv, recv_counts, dtype, op, prescale, postscale, name,
+                                    PERSEUS_DEVICE_CPU, nullptr, process_set),
+                    request);
+  });
+}
+
+PERSEUS_API int perseus_barrier_in(int process_set) {
+  return with_runtime("perseus_barrier_in", nullptr, [&](Runtime &r) {
+    r.barrier(process_set);
+    return PERSEUS_SUCCESS;
+  });
+}
+
 PERSEUS_API int perseus_join(int device, int *last_rank) {
   return with_runtime("perseus_join", nullptr, [&](Runtime &r) {
     const int last = r.join(device);

@@ -160,8 +160,12 @@ Engine::~Engine() {
   }
 }
 
-std::string Engine::unnamed(OpKind kind) {
-  const uint64_t n = unnamed_[static_cast<size_t>(kind)]++;
+std::string Engine::unnamed(OpKind kind, int set) {
+  uint64_t n = 0;
+  {
+    std::lock_guard lock(mutex_);
+    n = unnamed_[{static_cast<int>(kind), set}]++;
+  }
   return std::string(name_of(kind)) + ".noname." + std::to_string(n);
 }
 
@@ -846,6 +850,12 @@ bool Engine::member_of(int set, int rank) {
   return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
 }
 
+std::vector<int> Engine::members_of(int set) {
+  std::lock_guard lock(mutex_);
+  if (set < 0 || static_cast<size_t>(set) >= sets_.size()) return {};
+  return sets_[static_cast<size_t>(set)];
+}
+
 void Engine::run_one(const Agreed &agreed) {
   const auto me = static_cast<size_t>(job_.rank);
   const Descriptor &d = agreed.per_rank[me];
@@ -881,7 +891,6 @@ void Engine::run_one(const Agreed &agreed) {
     return;
   }
   const size_t unit = element_size(d.type);
-  const size_t size = agreed.per_rank.size();
   switch (d.kind) {
     case OpKind::kAllreduce:  // run_allreduces has them
       break;
@@ -921,42 +930,53 @@ void Engine::run_one(const Agreed &agreed) {
       break;
     }
     case OpKind::kAlltoall: {
-      std::vector<size_t> out(size);
-      std::vector<size_t> in(size);
-      std::vector<size_t> counts(size);
+      // Counts are per member of the set, in rank order (every rank for set 0).
+      const auto &ranks = negotiator_.members(set_);
+      const size_t n = ranks.size();
+      const auto mine = static_cast<size_t>(rank_in_set(job_.rank));
+      std::vector<size_t> out(n);
+      std::vector<size_t> in(n);
+      std::vector<size_t> counts(n);
       size_t total_in = 0;
       size_t everywhere = 0;
-      for (size_t r = 0; r < size; ++r) {
-        out[r] = static_cast<size_t>(d.counts[r]) * unit;
-        counts[r] = static_cast<size_t>(agreed.per_rank[r].counts[me]);
-        in[r] = counts[r] * unit;
-        total_in += in[r];
-        for (uint64_t c : agreed.per_rank[r].counts) everywhere += static_cast<size_t>(c);
+      for (size_t i = 0; i < n; ++i) {
+        const Descriptor &from = agreed.per_rank[static_cast<size_t>(ranks[i])];
+        out[i] = static_cast<size_t>(d.counts[i]) * unit;
+        counts[i] = static_cast<size_t>(from.counts[mine]);
+        in[i] = counts[i] * unit;
+        total_in += in[i];
+        for (uint64_t c : from.counts) everywhere += static_cast<size_t>(c);
       }
       request->output.resize(total_in);
       request->output_counts = counts;
-      if (everywhere == 0) break;  // the same decision on every rank
+      if (everywhere == 0) break;  // the same decision on every member
+      if (!backend) {  // a set of one: its own block
+        if (total_in) std::memcpy(request->output.data(), request->send, total_in);
+        break;
+      }
       uint8_t dummy_out = 0;
       std::vector<uint8_t> dummy_in(1);
-      backend_->alltoallv(request->send ? request->send : &dummy_out, out,
-                          total_in ? request->output.data() : dummy_in.data(), in);
+      backend->alltoallv(request->send ? request->send : &dummy_out, out,
+                         total_in ? request->output.data() : dummy_in.data(), in);
       break;
     }
     case OpKind::kReducescatter: {
       // An all-reduce of the whole input, of which this rank keeps its block: twice the
       // traffic of a true reduce-scatter, which Debian's Gloo lacks for arbitrary blocks.
+      // Blocks are per member of the set, in rank order.
+      const auto mine_at = static_cast<size_t>(rank_in_set(job_.rank));
       size_t total = 0;
       size_t offset = 0;
-      for (size_t r = 0; r < size; ++r) {
-        if (r == me) offset = total;
-        total += static_cast<size_t>(d.counts[r]);
+      for (size_t i = 0; i < d.counts.size(); ++i) {
+        if (i == mine_at) offset = total;
+        total += static_cast<size_t>(d.counts[i]);
       }
       if (total == 0) break;
       if (fusion_.size() < total * unit) fusion_.resize(total * unit);
       std::memcpy(fusion_.data(), request->send, total * unit);
       scale_elements(fusion_.data(), total, d.type, d.prescale);
       host_allreduce(fusion_.data(), total, d.type, d.op);
-      const size_t mine = static_cast<size_t>(d.counts[me]);
+      const size_t mine = static_cast<size_t>(d.counts[mine_at]);
       scale_elements(fusion_.data() + offset * unit, mine, d.type, d.postscale);
       if (mine) std::memcpy(request->recv, fusion_.data() + offset * unit, mine * unit);
       break;

@@ -118,9 +118,12 @@ class Engine {
 
   // Whether `rank` is a member of process set `set` (false for a set not made yet).
   bool member_of(int set, int rank);
+  // The members of process set `set`, in rank order (empty for a set not made yet).
+  std::vector<int> members_of(int set);
 
-  // "<kind>.noname.<n>", n counting this process's unnamed operations of that kind.
-  std::string unnamed(OpKind kind);
+  // "<kind>.noname.<n>", n counting this process's unnamed operations of that kind in that
+  // process set (so that a set's members count alike whatever the others do meanwhile).
+  std::string unnamed(OpKind kind, int set = 0);
 
  private:
   void loop();
@@ -194,7 +197,7 @@ class Engine {
   bool left_noted_ = false;  // failure_ already holds what the launcher said of them
   Code failure_code_ = Code::kInternal;
   std::string failure_;  // why the engine stopped; "" while it runs
-  std::atomic<uint64_t> unnamed_[kOpKinds] = {};
+  std::map<std::pair<int, int>, uint64_t> unnamed_;  // (kind, set) -> count, under mutex_
   std::vector<std::vector<int>> sets_;  // process sets made so far, for member_of()
 
   // The thread's own.

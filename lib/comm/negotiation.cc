@@ -222,7 +222,9 @@ std::string check_shapes(const Agreed &agreed) {
 // What the output of an allgatherv or alltoall would need: refused before any rank allocates
 // it when the elements the peers announce overflow size_t in bytes. "" when they fit.
 std::string check_output_size(const Agreed &agreed) {
-  const Descriptor &any = agreed.per_rank.front();
+  size_t first = 0;
+  while (first + 1 < agreed.per_rank.size() && !agreed.member[first]) ++first;
+  const Descriptor &any = agreed.per_rank[first];
   const uint64_t limit = std::numeric_limits<size_t>::max() / element_size(any.type);
   const auto too_big = [&](const std::string &what) {
     return what + " add up to more elements of " + name_of(any.type) + " than fit in memory";
@@ -236,11 +238,20 @@ std::string check_output_size(const Agreed &agreed) {
       total += c;
     }
   } else if (any.kind == OpKind::kAlltoall) {
-    for (size_t to = 0; to < agreed.per_rank.size(); ++to) {
+    // check() has made sure that every member gave one count per member.
+    size_t n = 0;
+    for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
+      if (agreed.member[r]) n = agreed.per_rank[r].counts.size();
+    }
+    for (size_t to = 0; to < n; ++to) {
       uint64_t total = 0;
-      for (const Descriptor &d : agreed.per_rank) {
-        const uint64_t c = d.counts[to];
-        if (c > limit - total) return too_big("the counts sent to rank " + std::to_string(to));
+      for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
+        if (!agreed.member[r]) continue;
+        const uint64_t c = agreed.per_rank[r].counts[to];
+        if (c > limit - total) {
+          return too_big(std::string("the counts sent to ") + (any.process_set ? "member " : "rank ") +
+                         std::to_string(to));
+        }
         total += c;
       }
     }
@@ -454,12 +465,16 @@ std::string Negotiator::check(const Agreed &agreed) const {
       return text + " (every rank must submit it with the same arguments)";
     }
   }
-  if (reference.kind == OpKind::kAlltoall) {
+  if (reference.kind == OpKind::kAlltoall || reference.kind == OpKind::kReducescatter) {
+    // One count per member of the set (every rank for set 0).
+    const size_t n = members(reference.process_set).size();
     for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
-      if (agreed.per_rank[r].counts.size() != agreed.per_rank.size()) {
+      if (!agreed.member[r]) continue;
+      if (agreed.per_rank[r].counts.size() != n) {
         return "rank " + std::to_string(r) + " gave " +
-               std::to_string(agreed.per_rank[r].counts.size()) + " send counts for " +
-               std::to_string(agreed.per_rank.size()) + " ranks";
+               std::to_string(agreed.per_rank[r].counts.size()) +
+               (reference.kind == OpKind::kAlltoall ? " send counts for " : " recv counts for ") +
+               std::to_string(n) + (reference.process_set ? " members" : " ranks");
       }
     }
   }

@@ -304,7 +304,7 @@ std::string Runtime::exit_notes(const std::vector<int> &ranks) {
 }
 
 std::shared_ptr<Request> Runtime::make(OpKind kind, const char *name, int dtype, int device,
-                                       void *stream) {
+                                       void *stream, int process_set) {
   auto request = std::make_shared<Request>();
   request->what.kind = kind;
   request->what.type = to_data_type(dtype);
@@ -327,7 +327,10 @@ std::shared_ptr<Request> Runtime::make(OpKind kind, const char *name, int dtype,
     throw invalid("the name is " + std::to_string(std::strlen(name)) + " bytes long, over " +
                   std::to_string(kMaxNameBytes));
   }
-  request->what.name = name && *name ? name : engine_->unnamed(kind);
+  check_set(process_set, *request);
+  request->what.process_set = process_set;
+  request->what.name = name && *name ? name : engine_->unnamed(kind, process_set);
+  qualify(*request, process_set);
   return request;
 }
 
@@ -419,10 +422,7 @@ std::shared_ptr<Request> Runtime::allreduce(const void *send, void *recv, size_t
                                             int op, double prescale, double postscale,
                                             const char *name, int device, void *stream,
                                             int process_set) {
-  auto request = make(OpKind::kAllreduce, name, dtype, device, stream);
-  check_set(process_set, *request);
-  request->what.process_set = process_set;
-  qualify(*request, process_set);
+  auto request = make(OpKind::kAllreduce, name, dtype, device, stream, process_set);
   const DataType type = request->what.type;
   request->what.op = to_reduce_op(op);
   if (!(prescale == prescale) || !(postscale == postscale)) {
@@ -447,10 +447,7 @@ std::shared_ptr<Request> Runtime::allreduce(const void *send, void *recv, size_t
 std::shared_ptr<Request> Runtime::broadcast(void *buffer, size_t count, int dtype, int root,
                                             const char *name, int device, void *stream,
                                             int process_set) {
-  auto request = make(OpKind::kBroadcast, name, dtype, device, stream);
-  check_set(process_set, *request);
-  request->what.process_set = process_set;
-  qualify(*request, process_set);
+  auto request = make(OpKind::kBroadcast, name, dtype, device, stream, process_set);
   if (process_set != 0 && !engine_->member_of(process_set, root)) {
     throw invalid("root " + std::to_string(root) + " is not a member of process set " +
                   std::to_string(process_set));
@@ -486,10 +483,7 @@ void Runtime::allgather(const void *send, void *recv, size_t count, int dtype, c
 std::shared_ptr<Request> Runtime::allgatherv(const void *send, size_t count, int dtype,
                                              const char *name, int device, void *stream,
                                              int process_set) {
-  auto request = make(OpKind::kAllgatherv, name, dtype, device, stream);
-  check_set(process_set, *request);
-  request->what.process_set = process_set;
-  qualify(*request, process_set);
+  auto request = make(OpKind::kAllgatherv, name, dtype, device, stream, process_set);
   if (count > 0) {
     require_buffer(send, "send", count);
     byte_count(count, request->what.type, job_.size);
@@ -500,12 +494,18 @@ std::shared_ptr<Request> Runtime::allgatherv(const void *send, size_t count, int
 }
 
 std::shared_ptr<Request> Runtime::alltoall(const void *send, const size_t *send_counts, int dtype,
-                                           const char *name, int device, void *stream) {
-  auto request = make(OpKind::kAlltoall, name, dtype, device, stream);
-  if (!send_counts) throw invalid("send_counts is NULL: give one count per rank");
-  const size_t total = total_of(send_counts, job_.size, "send_counts", request->what.type);
+                                           const char *name, int device, void *stream,
+                                           int process_set) {
+  auto request = make(OpKind::kAlltoall, name, dtype, device, stream, process_set);
+  const auto ranks = members(process_set);
+  const auto n = static_cast<int>(ranks.size());
+  if (!send_counts) {
+    throw invalid(process_set ? "send_counts is NULL: give one count per member of the set"
+                              : "send_counts is NULL: give one count per rank");
+  }
+  const size_t total = total_of(send_counts, n, "send_counts", request->what.type);
   if (total > 0) require_buffer(send, "send", total);
-  request->what.counts.assign(send_counts, send_counts + job_.size);
+  request->what.counts.assign(send_counts, send_counts + n);
   request->what.count = total;
   request->send = send;
   return submit(std::move(request));
@@ -514,17 +514,22 @@ std::shared_ptr<Request> Runtime::alltoall(const void *send, const size_t *send_
 std::shared_ptr<Request> Runtime::reducescatter(const void *send, void *recv,
                                                 const size_t *recv_counts, int dtype, int op,
                                                 double prescale, double postscale, const char *name,
-                                                int device, void *stream) {
-  auto request = make(OpKind::kReducescatter, name, dtype, device, stream);
+                                                int device, void *stream, int process_set) {
+  auto request = make(OpKind::kReducescatter, name, dtype, device, stream, process_set);
+  const auto ranks = members(process_set);
+  const auto n = static_cast<int>(ranks.size());
   request->what.op = to_reduce_op(op);
   if (!(prescale == prescale) || !(postscale == postscale)) {
     throw invalid("prescale/postscale must be numbers, not NaN");
   }
   request->what.prescale = prescale;
   request->what.postscale = postscale;
-  if (!recv_counts) throw invalid("recv_counts is NULL: give one count per rank");
-  const size_t total = total_of(recv_counts, job_.size, "recv_counts", request->what.type);
-  const size_t mine = recv_counts[job_.rank];
+  if (!recv_counts) {
+    throw invalid(process_set ? "recv_counts is NULL: give one count per member of the set"
+                              : "recv_counts is NULL: give one count per rank");
+  }
+  const size_t total = total_of(recv_counts, n, "recv_counts", request->what.type);
+  const size_t mine = recv_counts[index_in(ranks)];
   if (total > 0) require_buffer(send, "send", total);
   if (mine > 0) {
     require_buffer(recv, "recv", mine);
@@ -533,7 +538,7 @@ std::shared_ptr<Request> Runtime::reducescatter(const void *send, void *recv,
       throw invalid("send and recv overlap: reducescatter needs separate buffers");
     }
   }
-  request->what.counts.assign(recv_counts, recv_counts + job_.size);
+  request->what.counts.assign(recv_counts, recv_counts + n);
   request->what.count = total;
   request->send = send;
   request->recv = recv;
@@ -578,9 +583,22 @@ void Runtime::qualify(Request &request, int process_set) {
   if (process_set != 0) request.what.name += " [process set " + std::to_string(process_set) + "]";
 }
 
-void Runtime::barrier() {
-  auto request = make(OpKind::kBarrier, nullptr, 0, -1, nullptr);
+void Runtime::barrier(int process_set) {
+  auto request = make(OpKind::kBarrier, nullptr, 0, -1, nullptr, process_set);
   submit(request)->wait();
+}
+
+std::vector<int> Runtime::members(int process_set) {
+  if (process_set == 0) {
+    std::vector<int> every(static_cast<size_t>(job_.size));
+    for (int r = 0; r < job_.size; ++r) every[static_cast<size_t>(r)] = r;
+    return every;
+  }
+  return engine_->members_of(process_set);
+}
+
+int Runtime::index_in(const std::vector<int> &ranks) const {
+  return static_cast<int>(std::find(ranks.begin(), ranks.end(), job_.rank) - ranks.begin());
 }
 
 int Runtime::join(int device) {

@@ -67,24 +67,33 @@ class Runtime {
                                       int device, void *stream, int process_set = 0);
   // Collective over every rank: returns the new set's number (1, 2, ...).
   int add_process_set(const int *ranks, int count);
+  // In a process set, send_counts / recv_counts hold one count per member, in rank order.
   std::shared_ptr<Request> alltoall(const void *send, const size_t *send_counts, int dtype,
-                                    const char *name, int device, void *stream);
+                                    const char *name, int device, void *stream,
+                                    int process_set = 0);
   std::shared_ptr<Request> reducescatter(const void *send, void *recv, const size_t *recv_counts,
                                          int dtype, int op, double prescale, double postscale,
-                                         const char *name, int device, void *stream);
-  void barrier();
+                                         const char *name, int device, void *stream,
+                                         int process_set = 0);
+  void barrier(int process_set = 0);
   // Blocks until every rank has joined; returns the last rank to join.
   int join(int device);
   // Leaves the job (Engine::shutdown): false when the engine's thread did not end in time.
   bool shutdown();
 
  private:
-  std::shared_ptr<Request> make(OpKind kind, const char *name, int dtype, int device, void *stream);
+  // A request of `kind` in process_set (checked: this rank must be a member), its name
+  // qualified by the set.
+  std::shared_ptr<Request> make(OpKind kind, const char *name, int dtype, int device, void *stream,
+                                int process_set = 0);
   std::shared_ptr<Request> submit(std::shared_ptr<Request> request);
   std::string lost_peers();
   std::string exit_notes(const std::vector<int> &ranks);
   void check_set(int process_set, Request &request);
   static void qualify(Request &request, int process_set);
+  // The members of process_set (every rank for 0), in rank order, and this rank's index there.
+  std::vector<int> members(int process_set);
+  int index_in(const std::vector<int> &members) const;
   std::unique_ptr<shm::LocalAllreduce> open_local_allreduce(const EngineStore &store,
                                                             const EngineSettings &settings);
 

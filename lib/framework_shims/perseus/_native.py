@@ -209,6 +209,10 @@ def _declare(lib):
         "perseus_broadcast_async_in": ([c_int, c_void, c_size, c_int, c_int, c_char, req_pp],
                                        c_int),
         "perseus_allgatherv_async_in": ([c_int, c_void, c_size, c_int, c_char, req_pp], c_int),
+        "perseus_alltoall_async_in": ([c_int, c_void, size_p, c_int, c_char, req_pp], c_int),
+        "perseus_reducescatter_async_in": ([c_int, c_void, c_void, size_p, c_int, c_int, c_double,
+                                            c_double, c_char, req_pp], c_int),
+        "perseus_barrier_in": ([c_int], c_int),
         "perseus_serve_rendezvous": ([c_char, c_void, c_size, ctypes.POINTER(c_int), c_void],
                                      c_int),
         "perseus_init_with": ([c_int, c_int, c_int, c_int, c_int, c_int, c_char, c_int, c_void],
@@ -421,8 +425,14 @@ def cross_size():
     return _query(lib().perseus_cross_size, "perseus_cross_size")
 
 
-def barrier():
-    check(lib().perseus_barrier(), "perseus_barrier")
+def barrier(process_set=GLOBAL_PROCESS_SET):
+    """Returns once every rank (every member of process_set; only members call it) has called
+    it."""
+    if int(process_set or GLOBAL_PROCESS_SET) == GLOBAL_PROCESS_SET:
+        check(lib().perseus_barrier(), "perseus_barrier")
+    else:
+        check(lib().perseus_barrier_in(int(process_set)),
+              "perseus_barrier_in of process set %d" % process_set)
 
 
 # ---- requests ------------------------------------------------------------------------------
@@ -626,17 +636,28 @@ def allgatherv_async(send, count, dtype, name=None, device=DEVICE_CPU, stream=No
 
 
 def alltoall_async(send, send_counts, dtype, name=None, device=DEVICE_CPU, stream=None,
-                   what="alltoall", keep=(), shape=None):
+                   what="alltoall", keep=(), shape=None, process_set=GLOBAL_PROCESS_SET):
+    """In a process set, send_counts and counts(n) hold one count per member (n: its size)."""
     counts = _size_array(send_counts)
-    return _submit(lib().perseus_alltoall_async, what, tuple(keep) + (counts,), send, counts,
+    keep = tuple(keep) + (counts,)
+    if _in_set(process_set, device, what):
+        return _submit(lib().perseus_alltoall_async_in, what, keep, int(process_set), send,
+                       counts, dtype, _name(name), shape=shape, key=_key(name, process_set))
+    return _submit(lib().perseus_alltoall_async, what, keep, send, counts,
                    dtype, _name(name), device, stream, shape=shape, key=_key(name))
 
 
 def reducescatter_async(send, recv, recv_counts, dtype, op, prescale=1.0, postscale=1.0,
                         name=None, device=DEVICE_CPU, stream=None, what="reducescatter",
-                        keep=(), shape=None):
+                        keep=(), shape=None, process_set=GLOBAL_PROCESS_SET):
+    """In a process set, recv_counts holds one count per member."""
     counts = _size_array(recv_counts)
-    return _submit(lib().perseus_reducescatter_async, what, tuple(keep) + (counts,), send, recv,
+    keep = tuple(keep) + (counts,)
+    if _in_set(process_set, device, what):
+        return _submit(lib().perseus_reducescatter_async_in, what, keep, int(process_set), send,
+                       recv, counts, dtype, op, float(prescale), float(postscale), _name(name),
+                       shape=shape, key=_key(name, process_set))
+    return _submit(lib().perseus_reducescatter_async, what, keep, send, recv,
                    counts, dtype, op, float(prescale), float(postscale), _name(name), device,
                    stream, shape=shape, key=_key(name))
 

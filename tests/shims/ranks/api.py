@@ -21,6 +21,49 @@ def data(r, shape, dtype, salt=0, low=-4, high=5):
     return torch.randint(lo, high, shape, generator=g, dtype=torch.int64).to(dtype)
 
 
+def autograd_of_the_other_ops(check, n, me):
+    """Gradients of the grouped operations and of reducescatter, as Horovod defines them."""
+    rows = 2 * n
+    for dtype in (torch.float32, torch.float64):
+        # grouped_allreduce: the same grouped all-reduce of the gradients.
+        xs = [data(me, (3,), dtype, 50).requires_grad_(), data(me, (2, 2), dtype, 51)
+              .requires_grad_()]
+        outs = hvd.grouped_allreduce(xs, op=hvd.Sum)
+        (outs[0].sum() + 2 * outs[1].sum()).backward()
+        check.close(xs[0].grad, torch.full((3,), float(n), dtype=dtype), "grouped_allreduce grad")
+        check.close(xs[1].grad, torch.full((2, 2), 2.0 * n, dtype=dtype),
+                    "grouped_allreduce grad 1")
+        xs = [data(me, (3,), dtype, 52).requires_grad_()]
+        hvd.grouped_allreduce(xs, op=hvd.Average)[0].sum().backward()
+        check.close(xs[0].grad, torch.ones(3, dtype=dtype), "grouped_allreduce Average grad")
+        # grouped_allgather: the ranks' average gradient, this rank's rows.
+        xs = [data(me, (me + 1, 2), dtype, 53).requires_grad_(), data(me, (2,), dtype, 54)
+              .requires_grad_()]
+        outs = hvd.grouped_allgather(xs)
+        w0 = torch.arange(outs[0].numel(), dtype=dtype).reshape(outs[0].shape)
+        ((outs[0] * w0).sum() + (outs[1] * 3).sum()).backward()
+        start = sum(r + 1 for r in range(me))
+        check.close(xs[0].grad, w0[start:start + me + 1], "grouped_allgather grad")
+        check.close(xs[1].grad, torch.full((2,), 3.0, dtype=dtype), "grouped_allgather grad 1")
+        # reducescatter: gathered output gradients, times the size for Sum.
+        for op, factor in ((hvd.Sum, n), (hvd.Average, 1)):
+            x = data(me, (rows, 3), dtype, 55).requires_grad_()
+            hvd.reducescatter(x, op=op).sum().backward()
+            check.close(x.grad, torch.full((rows, 3), float(factor), dtype=dtype),
+                        "reducescatter grad op %d" % op)
+        x = data(me, (rows + 1, 2), dtype, 56).requires_grad_()
+        out = hvd.reducescatter(x, op=hvd.Sum, prescale_factor=0.5)
+        w = torch.arange(2 * (rows + 1), dtype=dtype).reshape(rows + 1, 2)
+        share = [(rows + 1) // n + (1 if r < (rows + 1) % n else 0) for r in range(n)]
+        s0 = sum(share[:me])
+        (out * w[s0:s0 + share[me]]).sum().backward()
+        check.close(x.grad, w * n * 0.5, "reducescatter grad, odd rows, prescale")
+        xs = [data(me, (rows, 2), dtype, 57).requires_grad_()]
+        hvd.grouped_reducescatter(xs, op=hvd.Sum)[0].sum().backward()
+        check.close(xs[0].grad, torch.full((rows, 2), float(n), dtype=dtype),
+                    "grouped_reducescatter grad")
+
+
 def main():
     check = Checks("api")
     check(not hvd.is_initialized(), "is_initialized before init")
@@ -181,6 +224,32 @@ def main():
     check.close(hvd.reducescatter(inputs[me], op=hvd.Sum, prescale_factor=2.0,
                                   postscale_factor=0.25),
                 total[start:start + mine[me]] * 0.5, "reducescatter scaled", rtol=1e-5)
+
+    # grouped_reducescatter: every tensor checked before any is submitted.
+    outs = hvd.grouped_reducescatter([inputs[me], 2 * inputs[me]], op=hvd.Sum, name="grs")
+    check.close(outs[0], total[start:start + mine[me]], "grouped_reducescatter 0")
+    check.close(outs[1], 2 * total[start:start + mine[me]], "grouped_reducescatter 1")
+    outs = hvd.synchronize(hvd.grouped_reducescatter_async([inputs[me].double()],
+                                                           postscale_factor=3.0))
+    check.close(outs[0], (3 * total[start:start + mine[me]] / n).double(),
+                "grouped_reducescatter_async Average, postscale", rtol=1e-5)
+    check.raises(ValueError, lambda: hvd.grouped_reducescatter(
+        [torch.zeros(3, 1), torch.tensor(float(me))], name="grs.scalar"),
+        "grouped_reducescatter with a scalar", ["at least one dimension"])
+    check.close(hvd.reducescatter(inputs[me], op=hvd.Sum, name="grs.scalar.0"),
+                total[start:start + mine[me]], "the scalar's group left no name in flight")
+    autograd_of_the_other_ops(check, n, me)
+
+    # sparse all-reduce (Horovod's: indices and values all-gathered)
+    dense = data(me, (7, 3), torch.float32, 17)
+    dense[dense < 0.3] = 0
+    refs = sum(torch.where(data(r, (7, 3), torch.float32, 17) < 0.3, torch.tensor(0.0),
+                           data(r, (7, 3), torch.float32, 17)) for r in ranks)
+    got = hvd.sparse_allreduce_async(dense.to_sparse(), name="sp", op=hvd.Average)()
+    check(got.is_sparse and tuple(got.shape) == (7, 3), "sparse_allreduce_async is sparse")
+    check.close(got.to_dense(), refs / n, "sparse_allreduce_async Average")
+    got = hvd.sparse_allreduce_async(dense.to_sparse(), name="sp.sum", op=hvd.Sum)()
+    check.close(got.to_dense(), refs, "sparse_allreduce_async Sum")
 
     # objects, barrier, join
     obj = {"rank": me, "list": list(range(me + 2))}

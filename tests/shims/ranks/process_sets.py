@@ -1,6 +1,7 @@
 """perseus.torch's process sets (Horovod's add_process_set / process_set=) against references
 each rank computes itself: the even ranks and the odd ranks make two sets ({0, 2} and {1} with 3
-ranks); all-reduce, allgather and broadcast (plain, in place, async, grouped, autograd) run
+ranks); every operation (all-reduce, allgather, broadcast, alltoall, reducescatter: plain, in
+place, async, grouped, autograd; barrier, the object collectives, DistributedOptimizer) runs
 within each, with global operations in between and the same names in flight in both, and a
 rank outside a set is refused."""
 import os
@@ -18,6 +19,103 @@ def data(r, shape, dtype=torch.float32, salt=0):
     if dtype.is_floating_point:
         return (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype)
     return torch.randint(-4, 5, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def more_in_sets(check, n, me, mine, members):
+    """alltoall, reducescatter (plain, grouped, autograd), barrier, the object collectives,
+    unnamed operations and DistributedOptimizer within each set."""
+    m, pos = len(members), members.index(me)
+    for dtype in (torch.float32, torch.int64, torch.float16):
+        # alltoall: member i sends i + j + 1 rows of shape (2, 3) to member j.
+        sent = {r: data(r, ((members.index(r) + 1) * m + sum(range(m)), 2, 3), dtype, 30)
+                for r in members}
+
+        def block(r, j):
+            i = members.index(r)
+            start = sum(i + k + 1 for k in range(j))
+            return sent[r][start:start + i + j + 1]
+        splits = [pos + j + 1 for j in range(m)]
+        out, received = hvd.alltoall(sent[me], splits=splits, name="a2a.%s" % dtype,
+                                     process_set=mine)
+        check.close(out, torch.cat([block(r, pos) for r in members]), "set alltoall %s" % dtype)
+        check(received.tolist() == [members.index(r) + pos + 1 for r in members],
+              "set alltoall received_splits %s" % received.tolist())
+        even = data(me, (3 * m,), dtype, 31)
+        check.close(hvd.alltoall(even, process_set=mine),
+                    torch.cat([data(r, (3 * m,), dtype, 31)[3 * pos:3 * pos + 3] for r in members]),
+                    "set alltoall, equal splits, unnamed %s" % dtype)
+
+        # reducescatter: 2 * m + 1 rows (the first member gets one more), 3-D.
+        rows = 2 * m + 1
+        x = data(me, (rows, 2, 2), dtype, 32)
+        total = sum(data(r, (rows, 2, 2), dtype, 32).double() for r in members)
+        share = [rows // m + (1 if i < rows % m else 0) for i in range(m)]
+        start = sum(share[:pos])
+        mine_sum = total[start:start + share[pos]]
+        check.close(hvd.reducescatter(x, op=hvd.Sum, name="rs.%s" % dtype, process_set=mine),
+                    mine_sum.to(dtype), "set reducescatter Sum %s" % dtype, rtol=1e-3)
+        outs = hvd.grouped_reducescatter([x, x + 1], op=hvd.Sum, name="grs.%s" % dtype,
+                                         process_set=mine)
+        check.close(outs[0], mine_sum.to(dtype), "set grouped_reducescatter 0", rtol=1e-3)
+        check.close(outs[1], (mine_sum + m).to(dtype), "set grouped_reducescatter 1", rtol=1e-3)
+    x = data(me, (2 * m + 1, 3), torch.float64, 33)
+    check.close(hvd.synchronize(hvd.reducescatter_async(x, name="rs.avg", process_set=mine,
+                                                        prescale_factor=2.0)),
+                (2 * sum(data(r, (2 * m + 1, 3), torch.float64, 33) for r in members) / m)[
+                    sum([(2 * m + 1) // m + (1 if i < (2 * m + 1) % m else 0)
+                         for i in range(pos)]):][:(2 * m + 1) // m + (1 if pos < (2 * m + 1) % m
+                                                                       else 0)],
+                "set reducescatter_async Average, prescale 2")
+
+    # autograd (Horovod's: Sum's gradient is the gathered output gradients times the set's
+    # size; alltoall's goes back along the splits).
+    x = data(me, (2 * m, 3)).requires_grad_()
+    hvd.reducescatter(x, op=hvd.Sum, process_set=mine).sum().backward()
+    check.close(x.grad, torch.full((2 * m, 3), float(m)), "set reducescatter backward")
+    x = data(me, (m, 2)).requires_grad_()
+    w = torch.arange(2 * m, dtype=torch.float32).reshape(m, 2) + 10 * me
+    (hvd.alltoall(x, process_set=mine) * w).sum().backward()
+    check.close(x.grad, torch.stack([(torch.arange(2 * m, dtype=torch.float32).reshape(m, 2)
+                                      + 10 * r)[pos] for r in members]),
+                "set alltoall backward")
+
+    # Unnamed operations are counted per set: the members' unnamed set ops do not put the
+    # global ones out of step with the other set's.
+    for _ in range(me % 2 + 1):
+        hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=mine)
+        hvd.barrier(process_set=mine)
+    check.close(hvd.allreduce(torch.tensor([float(me)]), op=hvd.Sum),
+                torch.tensor([float(sum(range(n)))]), "unnamed global op after unnamed set ops")
+
+    # barrier, broadcast_object, allgather_object
+    hvd.barrier(process_set=mine)
+    got = hvd.broadcast_object({"from": members[-1]} if me == members[-1] else None,
+                               root_rank=members[-1], process_set=mine)
+    check(got == {"from": members[-1]}, "set broadcast_object %r" % (got,))
+    got = hvd.allgather_object(("rank", me), process_set=mine)
+    check(got == [("rank", r) for r in members], "set allgather_object %r" % (got,))
+
+    # DistributedOptimizer within the set: the members' average gradient.
+    torch.manual_seed(5)
+    model = torch.nn.Linear(4, 2)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                   named_parameters=model.named_parameters(), process_set=mine)
+    xs = {r: data(r, (6, 4), salt=40) for r in members}
+    model(xs[me]).pow(2).sum().backward()
+    opt.step()
+    ref = torch.nn.Linear(4, 2)
+    ref.load_state_dict(start)
+    grads = []
+    for r in members:
+        ref.zero_grad()
+        ref(xs[r]).pow(2).sum().backward()
+        grads.append([p.grad.clone() for p in ref.parameters()])
+    with torch.no_grad():
+        for i, p in enumerate(ref.parameters()):
+            p -= 0.5 * sum(g[i] for g in grads) / len(members)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        check.close(p.detach(), q.detach(), "DistributedOptimizer in a set: %s" % name)
 
 
 def main():
@@ -116,6 +214,8 @@ def main():
     # The members' average gradient (every member's is w).
     check.close(x.grad, w[2 * pos:2 * pos + 2], "allgather backward in set")
 
+    more_in_sets(check, n, me, mine, members)
+
     # refusals
     z = torch.ones(3)
     e = check.raises(hvd.PerseusError, lambda: hvd.allreduce(z, name="outsider",
@@ -134,8 +234,13 @@ def main():
                      "root outside the set", ["badroot", "not a member"])
     check.raises(ValueError, lambda: hvd.allreduce(z, process_set=hvd.ProcessSet([0])),
                  "a set not added", ["add_process_set"])
-    check.raises(NotImplementedError, lambda: hvd.alltoall(z, process_set=mine),
-                 "alltoall in a set", ["alltoall"])
+    check.raises(hvd.PerseusError, lambda: hvd.alltoall(z.reshape(-1, 1).repeat(len(other.ranks), 1),
+                                                        process_set=other),
+                 "outsider's alltoall", ["not a member"])
+    check.raises(hvd.PerseusError, lambda: hvd.reducescatter(z, process_set=other),
+                 "outsider's reducescatter", ["not a member"])
+    check.raises(hvd.PerseusError, lambda: hvd.barrier(process_set=other),
+                 "outsider's barrier", ["not a member"])
     if torch.cuda.is_available() and hvd.nccl_built():
         check.raises(hvd.PerseusError, lambda: hvd.allreduce(z.cuda(), process_set=mine),
                      "CUDA tensor in a set", ["CPU"])

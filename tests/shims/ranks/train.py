@@ -63,6 +63,77 @@ def same_params(check, a, b, what, tol=1e-5):
         check.close(p.detach(), q.detach(), "%s: %s" % (what, name), rtol=tol, atol=tol)
 
 
+def horovod_optimizer_state(check, n, me):
+    """_parameter_names as Horovod's (default names the same on every rank), and
+    broadcast_optimizer_state of an optimizer that never stepped, with a parameter that needs
+    no gradient: Horovod makes the state with one step of zero gradients."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(
+        [{"params": model[0].parameters()}, {"params": model[1].parameters()}], lr=0.1))
+    names = opt._parameter_names
+    check(sorted(names.values()) == ["allreduce.noname.%d.%d" % (i, j) for i in range(2)
+                                     for j in range(2)], "default _parameter_names %s"
+          % sorted(names.values()))
+    everyone = hvd.allgather_object(sorted(names.values()))
+    check(len(everyone) == n and all(v == everyone[0] for v in everyone),
+          "the ranks' default names agree")
+    named = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+    check(sorted(named._parameter_names.values()) == sorted(k for k, _ in
+                                                             model.named_parameters()),
+          "named _parameter_names")
+
+    class NoGrad(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Parameter(torch.tensor([1, 3]).int(), requires_grad=False)
+            self.b = nn.Parameter(torch.rand(4, generator=torch.Generator().manual_seed(me)))
+
+        def forward(self, x):
+            return torch.index_select(self.b, 0, self.a.long()) * x
+
+    model = NoGrad()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01,
+                                                   weight_decay=1e-3, momentum=0.9,
+                                                   nesterov=True),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    check(model.a.grad is None, "a parameter that needs no gradient still has none")
+    check(model.b.grad is not None and bool((model.b.grad == 0).all()),
+          "broadcast_optimizer_state made zero gradients")
+    buf = opt.state_dict()["state"][1]["momentum_buffer"]
+    check.close(hvd.broadcast(buf, 0, name="momentum.check"), buf,
+                "every rank has root's momentum buffer", rtol=0, atol=0)
+    check.close(hvd.broadcast(model.b.detach(), 0, name="b.check"), model.b.detach(),
+                "every rank has root's parameters after its step", rtol=0, atol=0)
+
+
+def sparse_gradients(check, n, me):
+    """DistributedOptimizer on a sparse Embedding with SparseAdam: sparse gradients (indices and
+    values all-gathered) and sparse_as_dense, each against one process that sees every rank's
+    rows, the loss averaged over the ranks."""
+    inputs = [torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]]) if r % 2 == 0 else
+              torch.tensor([[1, 3, 4], [4, 7, 9]]) for r in range(n)]
+    for as_dense in (False, True):
+        torch.manual_seed(11)
+        model = nn.Embedding(10, 3, sparse=True)
+        ref = nn.Embedding(10, 3, sparse=True)
+        ref.load_state_dict(model.state_dict())
+        opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(model.parameters()), lr=0.1),
+                                       sparse_as_dense=as_dense)
+        ref_opt = torch.optim.SparseAdam(list(ref.parameters()), lr=0.1)
+        for step in range(2):
+            opt.zero_grad()
+            (model(inputs[me]) * (step + 1)).sum().backward()
+            opt.step()
+            ref_opt.zero_grad()
+            (sum((ref(x) * (step + 1)).sum() for x in inputs) / n).backward()
+            ref_opt.step()
+        check.close(model.weight.detach(), ref.weight.detach(),
+                    "sparse Embedding, sparse_as_dense=%s" % as_dense, rtol=1e-5, atol=1e-6)
+
+
 def main():
     check = Checks("train")
     hvd.init()
@@ -135,6 +206,8 @@ def main():
     same_params(check, model, ckpt_model, "training on from the broadcast checkpoint")
     obj = hvd.broadcast_object({"epoch": 3} if me == 0 else None, 0)
     check(obj == {"epoch": 3}, "broadcast_object")
+    horovod_optimizer_state(check, n, me)
+    sparse_gradients(check, n, me)
 
     # SyncBatchNorm over uneven batches (rank r has r + 2 rows) vs BatchNorm on all of them.
     for dims in (2, 4):

@@ -35,6 +35,8 @@ def broadcast_optimizer_state(optimizer, root_rank=0, prefix="Parameter.", model
     load_state_dict, so it needs no step beforehand and works for any optimizer."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer, model)
     inner = getattr(optimizer, "_perseus_inner_state_dict", None)
     state = (inner() if inner else optimizer.state_dict()) if _native.rank() == root_rank \
         else None
@@ -44,6 +46,29 @@ def broadcast_optimizer_state(optimizer, root_rank=0, prefix="Parameter.", model
                                  name="%soptimizer_state" % (prefix or ""))
     if _native.rank() != root_rank:
         optimizer.load_state_dict(state)
+
+
+def _initialize_state(optimizer, model):
+    """As Horovod: an optimizer that has not stepped gets its state made by one step of zero
+    gradients (every rank, before root_rank's state replaces it), so that every parameter that
+    requires a gradient has one afterwards (sparse for SparseAdam, and for SGD on a sparse
+    Embedding of `model`). A DistributedOptimizer steps its own optimizer only: no all-reduce."""
+    sparse = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam) or (
+                        isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    p.grad = p.grad.to_sparse()
+    if hasattr(optimizer, "_perseus_setup"):
+        super(optimizer.__class__, optimizer).step()
+    else:
+        optimizer.step()
 
 
 def _to_cpu(obj):

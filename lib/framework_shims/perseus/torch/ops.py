@@ -19,9 +19,10 @@ _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: 
 class ProcessSet:
     """A group of ranks whose operations run among themselves only (libperseus's process sets:
     CPU tensors only outside the global set). Make one with add_process_set(ranks), collectively
-    over every rank; pass it as process_set= to allreduce, allgather, broadcast and their async,
-    in-place and grouped forms. global_process_set is every rank. Ranks are the job's ranks
-    (broadcast's root_rank too)."""
+    over every rank; pass it as process_set= to any operation (allreduce, allgather, broadcast,
+    alltoall, reducescatter, their async, in-place and grouped forms, barrier,
+    broadcast_object, allgather_object) and to DistributedOptimizer. global_process_set is
+    every rank. Ranks are the job's ranks (broadcast's root_rank too)."""
 
     def __init__(self, ranks=None):
         self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
@@ -51,7 +52,7 @@ global_process_set = ProcessSet()
 global_process_set.process_set_id = _native.GLOBAL_PROCESS_SET
 
 
-def _set_id(process_set, what="this operation", supported=True):
+def _set_id(process_set):
     """The libperseus set number of process_set (None: the global set)."""
     if process_set is None or process_set is global_process_set:
         return _native.GLOBAL_PROCESS_SET
@@ -61,14 +62,7 @@ def _set_id(process_set, what="this operation", supported=True):
     if process_set.process_set_id is None:
         raise ValueError("%r was not added: call hvd.add_process_set(...) on every rank first"
                          % (process_set,))
-    if process_set.process_set_id != _native.GLOBAL_PROCESS_SET and not supported:
-        raise NotImplementedError("perseus.torch: %s runs in the global process set only "
-                                  "(allreduce, allgather and broadcast take process_set=)" % what)
     return process_set.process_set_id
-
-
-def _check_process_set(process_set, what="this operation"):
-    _set_id(process_set, what, supported=False)
 
 
 def _refuse_cuda(tensor, set_id, what):
@@ -349,11 +343,35 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _grouped(tensors, list(tensors), name, op, prescale_factor, postscale_factor, set_id)
 
 
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.op, ctx.pre, ctx.post = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), None, name, op,
+                                                         prescale_factor, postscale_factor,
+                                                         process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # As Horovod: the same grouped all-reduce (op and scale factors) of the gradients.
+        reduced = grouped_allreduce([g.contiguous() for g in grads], op=ctx.op,
+                                    prescale_factor=ctx.pre, postscale_factor=ctx.post,
+                                    process_set=ctx.process_set)
+        return (None, None, None, None, None) + tuple(reduced)
+
+
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """The reduction of each tensor over every rank (of process_set), as new tensors, with
+    autograd as allreduce's."""
+    _set_id(process_set)
+    op = _resolve_op(op, average)
     compressed = [compression.compress(t) for t in tensors]
-    outputs = synchronize(grouped_allreduce_async([c[0] for c in compressed], average, name, op,
-                                                  prescale_factor, postscale_factor, process_set))
+    if not compressed:
+        return []
+    outputs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                      *[c[0] for c in compressed])
     return [compression.decompress(o, c[1]) for o, c in zip(outputs, compressed)]
 
 
@@ -361,6 +379,37 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                        postscale_factor=1.0, process_set=global_process_set):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """A sparse tensor's all-reduce as Horovod does it: its indices and values all-gathered
+    (named name.indices and name.values), the values divided by the set's size for Average.
+    Returns a callable that waits and gives the sum (or average) as a sparse tensor of the
+    input's size, uncoalesced (an index sent by several ranks appears once per rank)."""
+    ps = process_set if process_set is not None else global_process_set
+    _set_id(ps)
+    op = _resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise ValueError("sparse_allreduce_async: op must be Average or Sum, not %s"
+                         % _OP_NAMES.get(op, op))
+    if not tensor.is_sparse:
+        raise ValueError("sparse_allreduce_async takes a sparse tensor (torch.sparse_coo), not "
+                         "a %s tensor: use allreduce_async" % tensor.layout)
+    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(),
+                              name=None if name is None else "%s.indices" % name,
+                              process_set=ps)
+    values = allgather_async(tensor._values().contiguous(),
+                             name=None if name is None else "%s.values" % name, process_set=ps)
+
+    def result():
+        gathered_values = synchronize(values)
+        gathered_indices = synchronize(indices)
+        if op == Average:
+            gathered_values = gathered_values / ps.size()
+        return torch.sparse_coo_tensor(gathered_indices.transpose(0, 1), gathered_values,
+                                       tensor.size(), dtype=tensor.dtype, device=tensor.device)
+
+    return result
 
 
 # ---- allgather -----------------------------------------------------------------------------
@@ -449,8 +498,36 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
                   lambda: [h._finish() for h in handles])
 
 
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        handles = [_allgather_in(t, _group_name(name, i), process_set, with_counts=True)
+                   for i, t in enumerate(tensors)]
+        results = Handle([r for h in handles for r in h._requests],
+                         lambda: [h._finish() for h in handles]).synchronize()
+        ctx.rows = [rows for _, rows in results]
+        ctx.shapes = [t.shape for t in tensors]
+        ctx.process_set = process_set
+        return tuple(output for output, _ in results)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # As Horovod: the average over the ranks of each gathered tensor's gradient, this
+        # rank's rows of it.
+        ps = ctx.process_set if ctx.process_set is not None else global_process_set
+        reduced = grouped_allreduce([g.contiguous() for g in grads], op=Average, process_set=ps)
+        me = ps.rank()
+        out = [r.narrow(0, sum(rows[:me]), rows[me]).reshape(shape)
+               for r, rows, shape in zip(reduced, ctx.rows, ctx.shapes)]
+        return (None, None) + tuple(out)
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    """allgather of each tensor, as new tensors, with autograd as allgather's."""
+    _set_id(process_set)
+    if not tensors:
+        return []
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 # ---- broadcast -----------------------------------------------------------------------------
@@ -524,13 +601,16 @@ def _splits_list(tensor, splits, n):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """synchronize() of the handle gives (output, received_splits)."""
-    _check_process_set(process_set, "alltoall")
+    """synchronize() of the handle gives (output, received_splits). In a process set, splits
+    has one entry per member, in rank order."""
+    ps = process_set if process_set is not None else global_process_set
+    set_id = _set_id(ps)
     what = _what("alltoall", name, tensor)
+    _refuse_cuda(tensor, set_id, what)
     send = tensor.contiguous()
     if send.dim() == 0:
         send = send.reshape(1)
-    n = _native.size()
+    n = ps.size()
     split_rows = _splits_list(send, splits, n)
     rest = tuple(send.shape[1:])
     row = 1
@@ -538,7 +618,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         row *= d
     src, _, code, device, stream = _tensors.describe(send, what, reduce=False)
     request = _native.alltoall_async(src, [s * row for s in split_rows], code, name, device,
-                                     stream, what=what, keep=(send,), shape=send.shape)
+                                     stream, what=what, keep=(send,), shape=send.shape,
+                                     process_set=set_id)
 
     def finish():
         counts = request.counts(n)
@@ -553,24 +634,25 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 class _Alltoall(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        output, received = synchronize(alltoall_async(tensor, splits, name))
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
         ctx.received = received
+        ctx.process_set = process_set
         ctx.mark_non_differentiable(received)
         return output, received
 
     @staticmethod
     def backward(ctx, grad, _):
-        back, _ = alltoall(grad.contiguous(), splits=ctx.received)
-        return back, None, None
+        back, _ = alltoall(grad.contiguous(), splits=ctx.received, process_set=ctx.process_set)
+        return back, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends splits[r] rows (default: an equal share) of tensor to rank r and returns the rows
-    every rank sent here, in rank order; with splits given, returns (output, received_splits)
-    as Horovod does."""
-    _check_process_set(process_set, "alltoall")
-    output, received = _Alltoall.apply(tensor, splits, name)
+    """Sends splits[r] rows (default: an equal share) of tensor to rank r (to the r-th member
+    of process_set) and returns the rows every rank sent here, in rank order; with splits
+    given, returns (output, received_splits) as Horovod does."""
+    _set_id(process_set)
+    output, received = _Alltoall.apply(tensor, splits, name, process_set)
     return output if splits is None else (output, received)
 
 
@@ -580,15 +662,18 @@ def _rows_per_rank(first, n):
     return [first // n + (1 if r < first % n else 0) for r in range(n)]
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
-    _check_process_set(process_set, "reducescatter")
-    op = _resolve_op(op, None)
-    what = _what("reducescatter", name, tensor)
-    send = tensor.contiguous()
-    if send.dim() == 0:
+def _check_scatterable(tensor, what):
+    if tensor.dim() == 0:
         raise ValueError(what + ": reducescatter needs a tensor of at least one dimension")
-    n, me = _native.size(), _native.rank()
+
+
+def _reducescatter_async(tensor, name, op, ps, prescale_factor, postscale_factor):
+    set_id = _set_id(ps)
+    what = _what("reducescatter", name, tensor)
+    _refuse_cuda(tensor, set_id, what)
+    send = tensor.contiguous()
+    _check_scatterable(send, what)
+    n, me = ps.size(), ps.rank()
     rest = tuple(send.shape[1:])
     row = 1
     for d in rest:
@@ -608,7 +693,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     request = _native.reducescatter_async(src, output.data_ptr(), [r * row for r in rows], code,
                                           _OPS[op], pre, post_lib, name,
                                           device, stream, what=what, keep=(send, output),
-                                          shape=send.shape)
+                                          shape=send.shape, process_set=set_id)
 
     def finish():
         if device_scale and post != 1.0:
@@ -618,21 +703,100 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return Handle([request], finish)
 
 
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    ps = process_set if process_set is not None else global_process_set
+    return _reducescatter_async(tensor, name, _resolve_op(op, None), ps, prescale_factor,
+                                postscale_factor)
+
+
+def _reducescatter_grad(grads, op, ps, pre, post):
+    """As Horovod: the output gradients, times the set's size for Sum and by the scale factors,
+    gathered back to the input's rows."""
+    factor = (ps.size() if op == Sum else 1) * float(pre) * float(post)
+    return [g * factor if factor != 1 else g for g in grads]
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op, ctx.pre, ctx.post = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
+        return synchronize(_reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                                postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (scaled,) = _reducescatter_grad([grad.contiguous()], ctx.op, ctx.process_set, ctx.pre,
+                                        ctx.post)
+        return allgather(scaled, process_set=ctx.process_set), None, None, None, None, None
+
+
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """The reduction of tensor over every rank, of which this rank keeps its share of the rows
-    (the first dimension split evenly, the first ranks getting one more row)."""
+    """The reduction of tensor over every rank (of process_set), of which this rank keeps its
+    share of the rows (the first dimension split evenly, the first ranks getting one more
+    row). Differentiable as Horovod's: the gradient is the output gradients gathered, times the
+    set's size for op=Sum."""
+    ps = process_set if process_set is not None else global_process_set
+    _set_id(ps)
+    op = _resolve_op(op, None)
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
-                                          postscale_factor))
+    out = _Reducescatter.apply(compressed, name, op, ps, prescale_factor, postscale_factor)
     return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter of each tensor (named name.0, name.1, ...); synchronize() gives the list
+    of outputs. Every tensor is checked before any is submitted."""
+    ps = process_set if process_set is not None else global_process_set
+    _set_id(ps)
+    op = _resolve_op(op, None)
+    for i, t in enumerate(tensors):
+        _check_scatterable(t, _what("reducescatter", _group_name(name, i), t))
+    handles = [_reducescatter_async(t, _group_name(name, i), op, ps, prescale_factor,
+                                    postscale_factor) for i, t in enumerate(tensors)]
+    return Handle([r for h in handles for r in h._requests],
+                  lambda: [h._finish() for h in handles])
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.pre, ctx.post = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_reducescatter_async(
+            list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        scaled = _reducescatter_grad([g.contiguous() for g in grads], ctx.op, ctx.process_set,
+                                     ctx.pre, ctx.post)
+        return (None, None, None, None, None) + tuple(
+            grouped_allgather(scaled, process_set=ctx.process_set))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of each tensor, as a list, with reducescatter's autograd."""
+    ps = process_set if process_set is not None else global_process_set
+    _set_id(ps)
+    op = _resolve_op(op, None)
+    compressed = [compression.compress(t) for t in tensors]
+    if not compressed:
+        return []
+    outputs = _GroupedReducescatter.apply(name, op, ps, prescale_factor, postscale_factor,
+                                          *[c[0] for c in compressed])
+    return [compression.decompress(o, c[1]) for o, c in zip(outputs, compressed)]
 
 
 # ---- the rest ------------------------------------------------------------------------------
 
 def barrier(process_set=global_process_set):
-    _check_process_set(process_set, "barrier")
-    _native.barrier()
+    """Returns once every rank (every member of process_set) has called it."""
+    _native.barrier(_set_id(process_set))
 
 
 def join(device=-1):
@@ -645,7 +809,7 @@ def join(device=-1):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's obj (pickled), on every rank."""
-    _check_process_set(process_set, "broadcast_object")
+    _set_id(process_set)
     base = name or type(obj).__name__
     if _native.rank() == root_rank:
         data = pickle.dumps(obj)
@@ -653,13 +817,15 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     else:
         data = None
         length = torch.zeros(1, dtype=torch.int64)
-    broadcast_(length, root_rank, name="broadcast_object.%s.size" % base if name else None)
+    broadcast_(length, root_rank, name="broadcast_object.%s.size" % base if name else None,
+               process_set=process_set)
     if data is not None:
         payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
             torch.empty(0, dtype=torch.uint8)
     else:
         payload = torch.empty(int(length.item()), dtype=torch.uint8)
-    broadcast_(payload, root_rank, name="broadcast_object.%s.data" % base if name else None)
+    broadcast_(payload, root_rank, name="broadcast_object.%s.data" % base if name else None,
+               process_set=process_set)
     if data is not None:
         return obj
     return pickle.loads(payload.numpy().tobytes())
@@ -667,13 +833,15 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's obj (pickled), as a list in rank order."""
-    _check_process_set(process_set, "allgather_object")
+    ps = process_set if process_set is not None else global_process_set
+    set_id = _set_id(ps)
     data = pickle.dumps(obj)
     tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     # As Horovod: named after the object's type by default, so that the ranks' calls match
     # even when their unnamed operations have not been counted alike.
     output, rows = synchronize(_allgather_async(
-        tensor, "allgather_object.%s" % (name or type(obj).__name__), with_counts=True))
+        tensor, "allgather_object.%s" % (name or type(obj).__name__), with_counts=True,
+        set_id=set_id, members=ps.size()))
     raw = output.numpy().tobytes()
     objects, offset = [], 0
     for r in rows:
@@ -693,6 +861,8 @@ __all__ = [
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
     "grouped_allreduce_async_", "allgather", "allgather_async", "grouped_allgather",
     "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
+    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "sparse_allreduce_async",
+    "barrier", "join",
     "broadcast_object", "allgather_object", "Compression", "NonFiniteError",
 ]

@@ -31,8 +31,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # Mixed into the wrapped optimizer's own class (see DistributedOptimizer).
 
     def _perseus_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                       gradient_predivide_factor, groups):
+                       gradient_predivide_factor, groups, sparse_as_dense, process_set):
         self._compression = compression
+        self._sparse_as_dense = bool(sparse_as_dense)
+        self._process_set = process_set if process_set is not None else ops.global_process_set
+        self._set_id = ops._set_id(self._process_set)
         if op == ops.Adasum:
             raise NotImplementedError("DistributedOptimizer(op=Adasum) is not supported by "
                                       "perseus.torch (Average and Sum are)")
@@ -56,8 +59,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if unnamed:
                 raise ValueError("named_parameters lacks %d of the optimizer's parameters"
                                  % len(unnamed))
-        else:
-            self._names = {p: "noname.%d" % i for i, p in enumerate(all_params)}
+        else:  # Horovod's names, the same on every rank
+            self._names = {p: "allreduce.noname.%d.%d" % (i, j)
+                           for i, g in enumerate(self.param_groups)
+                           for j, p in enumerate(g["params"])}
 
         self.backward_passes_per_step = backward_passes_per_step
         self._requires_update = [p for p in all_params if p.requires_grad]
@@ -70,6 +75,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._group_ready = [set() for _ in self._groups]
         self._grad_accs = []
         self._register_hooks()
+
+    @property
+    def _parameter_names(self):
+        """{parameter: name}, as Horovod's DistributedOptimizer keeps it."""
+        return self._names
 
     def _make_groups(self, groups):
         if groups is None:
@@ -130,7 +140,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = torch.zeros_like(p)
         # The argument, else PERSEUS_ALLREDUCE_DTYPE (float32 gradients as float16/bfloat16).
         compression = self._compression or compression_from_env()
-        tensor, ctx = compression.compress(p.grad)
+        grad = p.grad
+        if grad.is_sparse:
+            if not self._sparse_as_dense:
+                # As Horovod: the indices and values all-gathered; the handle is a callable.
+                return ops.sparse_allreduce_async(grad, "allreduce." + self._names[p],
+                                                  self._op, self._process_set), None, None, None
+            grad = grad.to_dense()
+        tensor, ctx = compression.compress(grad)
         if tensor is not p.grad:
             tensor = tensor.contiguous()
         label = "parameter '%s'" % self._names[p]
@@ -138,7 +155,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             label += " (sent as %s)" % str(tensor.dtype).replace("torch.", "")
         handle = ops._allreduce_async(tensor, tensor, "allreduce." + self._names[p],
                                       ops._resolve_op(self._op, None), self._prescale,
-                                      self._postscale, label=label)
+                                      self._postscale, label=label, set_id=self._set_id)
         return handle, compression, ctx, tensor
 
     def synchronize(self):
@@ -154,12 +171,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p, (handle, compression, ctx, tensor) in self._handles.items():
                 self._delay[p] = self.backward_passes_per_step
                 try:
-                    output = ops.synchronize(handle)
+                    output = handle() if callable(handle) else ops.synchronize(handle)
                 except ops.NonFiniteError as e:  # every all-reduce is waited for first
                     nonfinite.append(e)
                     continue
-                result = compression.decompress(output, ctx)
-                if result is not p.grad:
+                result = output if compression is None else compression.decompress(output, ctx)
+                if p.grad.is_sparse:
+                    # Sparse tensors have no copy_: as Horovod, zero and add (sparse again
+                    # after a dense all-reduce, sparse_as_dense).
+                    p.grad.zero_().add_(result if result.is_sparse else result.to_sparse())
+                elif result is not p.grad:
                     p.grad.copy_(result)
         finally:
             self._handles.clear()
@@ -211,9 +232,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     (fp16 or bf16) casts float32 gradients, else none. With PERSEUS_ALLREDUCE_NANCHECK=1, step()
     and synchronize() raise perseus.NonFiniteError naming the parameters whose averaged gradient
     holds a NaN or Inf."""
-    ops._check_process_set(process_set, "DistributedOptimizer")
-    if sparse_as_dense:
-        raise NotImplementedError("sparse gradients (sparse_as_dense) are not supported")
+    ops._set_id(process_set)
     if num_groups and groups is None:
         groups = num_groups
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
@@ -223,5 +242,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     # hyper-parameter, so the constructor's defaults do not matter).
     wrapped = cls(optimizer.param_groups)
     wrapped._perseus_setup(named_parameters, compression, backward_passes_per_step, op,
-                           gradient_predivide_factor, groups)
+                           gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return wrapped
