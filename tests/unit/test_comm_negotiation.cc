@@ -781,6 +781,38 @@ TEST_CASE("negotiation: process sets are numbered alike everywhere and gate read
     REQUIRE(cycle.ready.size() == 1);
     CHECK(cycle.ready[0].error.find("rank 0 submitted it in process set 1") != std::string::npos);
   }
+  // alltoall and reducescatter in set 1 (without rank 0): one count per member, not per rank.
+  Descriptor a2a;
+  a2a.kind = OpKind::kAlltoall;
+  a2a.type = DataType::kFloat32;
+  a2a.process_set = 1;
+  a2a.name = "a2a [process set 1]";
+  a2a.counts = {2, 5};
+  a2a.count = 7;
+  Descriptor rs = a2a;
+  rs.kind = OpKind::kReducescatter;
+  rs.name = "rs [process set 1]";
+  std::vector<RankMessage> both(4);
+  both[1].fresh = {a2a, rs};
+  both[3].fresh = {a2a, rs};
+  for (auto &x : n) {
+    const auto cycle = x.receive(both, now);
+    REQUIRE(cycle.ready.size() == 2);
+    CHECK(cycle.ready[0].error.empty());
+    CHECK(cycle.ready[1].error.empty());
+  }
+  a2a.name = "a2a.bad [process set 1]";
+  rs.name = "rs.bad [process set 1]";
+  both[1].fresh = {a2a, rs};
+  a2a.counts = {1, 2, 3, 1};  // one per rank of the job: wrong in a set of two
+  rs.counts = {1, 2, 3, 1};
+  both[3].fresh = {a2a, rs};
+  for (auto &x : n) {
+    const auto cycle = x.receive(both, now);
+    REQUIRE(cycle.ready.size() == 2);
+    CHECK(contains(cycle.ready[0].error, "rank 3 gave 4 send counts for 2 members"));
+    CHECK(!cycle.ready[1].error.empty());
+  }
   // Bad sets: repeated ranks, a set that does not exist.
   make.name = "set.bad";
   make.counts = {2, 2};
