@@ -116,6 +116,18 @@ def more_in_sets(check, n, me, mine, members):
             p -= 0.5 * sum(g[i] for g in grads) / len(members)
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         check.close(p.detach(), q.detach(), "DistributedOptimizer in a set: %s" % name)
+    # Every rank wraps its optimizer with the set {0}: on rank 0 (its one member) and, as
+    # Horovod's, on the ranks outside it (the plain optimizer, no all-reduce), each steps with
+    # its own gradient.
+    first = hvd.add_process_set([0])
+    model.load_state_dict(ref.state_dict())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                   named_parameters=model.named_parameters(), process_set=first)
+    model(xs[me]).pow(2).sum().backward()
+    expect = [p.detach() - 0.5 * p.grad for p in model.parameters()]
+    opt.step()
+    for p, q in zip(model.parameters(), expect):
+        check.close(p.detach(), q, "DistributedOptimizer of the set {0} on rank %d" % me)
 
 
 def main():

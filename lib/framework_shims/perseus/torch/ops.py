@@ -367,11 +367,16 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     autograd as allreduce's."""
     _set_id(process_set)
     op = _resolve_op(op, average)
+    return _apply_grouped(_GroupedAllreduce, (name, op, prescale_factor, postscale_factor,
+                                              process_set), tensors, compression)
+
+
+def _apply_grouped(function, head, tensors, compression):
+    """function.apply(*head, *compressed tensors), decompressed: a grouped op with autograd."""
     compressed = [compression.compress(t) for t in tensors]
     if not compressed:
         return []
-    outputs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
-                                      *[c[0] for c in compressed])
+    outputs = function.apply(*head, *[c[0] for c in compressed])
     return [compression.decompress(o, c[1]) for o, c in zip(outputs, compressed)]
 
 
@@ -784,12 +789,8 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     ps = process_set if process_set is not None else global_process_set
     _set_id(ps)
     op = _resolve_op(op, None)
-    compressed = [compression.compress(t) for t in tensors]
-    if not compressed:
-        return []
-    outputs = _GroupedReducescatter.apply(name, op, ps, prescale_factor, postscale_factor,
-                                          *[c[0] for c in compressed])
-    return [compression.decompress(o, c[1]) for o, c in zip(outputs, compressed)]
+    return _apply_grouped(_GroupedReducescatter, (name, op, ps, prescale_factor,
+                                                  postscale_factor), tensors, compression)
 
 
 # ---- the rest ------------------------------------------------------------------------------

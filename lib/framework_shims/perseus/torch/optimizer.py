@@ -74,7 +74,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._group_of = {p: i for i, g in enumerate(self._groups) for p in g}
         self._group_ready = [set() for _ in self._groups]
         self._grad_accs = []
-        self._register_hooks()
+        # As Horovod: on a rank outside process_set this is the plain optimizer (no hooks, no
+        # all-reduce).
+        self._member = self._process_set.included()
+        if self._member:
+            self._register_hooks()
 
     @property
     def _parameter_names(self):
@@ -161,6 +165,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's all-reduce (submitting those whose hook did not run, e.g.
         of parameters that took no part in the loss) and writes the results into .grad."""
+        if not self._member:
+            self._synchronized = True
+            return
         missing = [p for p in self._requires_update if self._handles.get(p) is None]
         for p in missing:
             self._handles[p] = self._allreduce_async(p)
