@@ -254,8 +254,9 @@ PERSEUS_API int perseus_join(int device, int *last_rank);
  * every rank, in *process_set. The members connect among themselves now. */
 PERSEUS_API int perseus_add_process_set(const int *ranks, int count, int *process_set);
 /* The asynchronous operations above (and the barrier) within a process set: only its members
- * submit them, and only they take part; unnamed ones are counted per set. root is a rank of the job (a member); allgatherv's result holds the
- * members' blocks in rank order, and perseus_output_counts gives one count per member. */
+ * submit them, and only they take part; unnamed ones are counted per set. root is a rank of
+ * the job (a member); allgatherv's result holds the members' blocks in rank order, and
+ * perseus_output_counts gives one count per member. */
 PERSEUS_API int perseus_allreduce_async_in(int process_set, const void *send, void *recv,
                                            size_t count, int dtype, int op, double prescale,
                                            double postscale, const char *name,
@@ -272,8 +273,8 @@ PERSEUS_API int perseus_alltoall_async_in(int process_set, const void *send,
                                           perseus_request_t **request);
 PERSEUS_API int perseus_reducescatter_async_in(int process_set, const void *send, void *recv,
                                                const size_t *recv_counts, int dtype, int op,
-                                               double prescale, double postscale,
-                                               const char *name, perseus_request_t **request);
+                                               double prescale, double postscale, const char *name,
+                                               perseus_request_t **request);
 /* Returns once every member of the set has called it (only members call it). */
 PERSEUS_API int perseus_barrier_in(int process_set);
 

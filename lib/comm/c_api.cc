@@ -545,8 +545,8 @@ PERSEUS_API int perseus_alltoall_async_in(int process_set, const void *send,
 
 PERSEUS_API int perseus_reducescatter_async_in(int process_set, const void *send, void *recv,
                                                const size_t *recv_counts, int dtype, int op,
-                                               double prescale, double postscale,
-                                               const char *name, perseus_request_t **request) {
+                                               double prescale, double postscale, const char *name,
+                                               perseus_request_t **request) {
   return with_runtime("perseus_reducescatter_async_in", name, [&](Runtime &r) {
     require_out(request);
     return hand_out(r.reducescatter(send, recv, recv_counts, dtype, op, prescale, postscale, name,

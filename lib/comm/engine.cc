@@ -950,7 +950,7 @@ void Engine::run_one(const Agreed &agreed) {
       request->output.resize(total_in);
       request->output_counts = counts;
       if (everywhere == 0) break;  // the same decision on every member
-      if (!backend) {  // a set of one: its own block
+      if (!backend) {              // a set of one: its own block
         if (total_in) std::memcpy(request->output.data(), request->send, total_in);
         break;
       }

@@ -196,9 +196,9 @@ class Engine {
   std::vector<int> left_;    // other ranks that left the job (perseus_finalize) first
   bool left_noted_ = false;  // failure_ already holds what the launcher said of them
   Code failure_code_ = Code::kInternal;
-  std::string failure_;  // why the engine stopped; "" while it runs
+  std::string failure_;                              // why the engine stopped; "" while it runs
   std::map<std::pair<int, int>, uint64_t> unnamed_;  // (kind, set) -> count, under mutex_
-  std::vector<std::vector<int>> sets_;  // process sets made so far, for member_of()
+  std::vector<std::vector<int>> sets_;               // process sets made so far, for member_of()
 
   // The thread's own.
   std::vector<uint8_t> fusion_;

@@ -249,8 +249,8 @@ std::string check_output_size(const Agreed &agreed) {
         if (!agreed.member[r]) continue;
         const uint64_t c = agreed.per_rank[r].counts[to];
         if (c > limit - total) {
-          return too_big(std::string("the counts sent to ") + (any.process_set ? "member " : "rank ") +
-                         std::to_string(to));
+          return too_big(std::string("the counts sent to ") +
+                         (any.process_set ? "member " : "rank ") + std::to_string(to));
         }
         total += c;
       }
