@@ -239,6 +239,16 @@ def main():
     check.close(hvd.reducescatter(inputs[me], op=hvd.Sum, name="grs.scalar.0"),
                 total[start:start + mine[me]], "the scalar's group left no name in flight")
     autograd_of_the_other_ops(check, n, me)
+    # A group's tensors share one device (a 'meta' tensor stands in for a GPU's here); nothing
+    # of the group is submitted.
+    mixed = [torch.ones(3), torch.ones(3, device="meta")]
+    for what, call in (("grouped_allreduce", lambda: hvd.grouped_allreduce(mixed, name="mix")),
+                       ("grouped_allgather", lambda: hvd.grouped_allgather(mixed, name="mix")),
+                       ("grouped_reducescatter",
+                        lambda: hvd.grouped_reducescatter(mixed, name="mix"))):
+        check.raises(hvd.PerseusError, call, what + " over two devices", ["cpu and meta"])
+    check.close(hvd.allreduce(torch.ones(3), op=hvd.Sum, name="mix.0"), torch.full((3,), n * 1.0),
+                "no name of a refused group is left in flight")
 
     # sparse all-reduce (Horovod's: indices and values all-gathered)
     dense = data(me, (7, 3), torch.float32, 17)

@@ -120,6 +120,7 @@ def more_in_sets(check, n, me, mine, members):
     # Horovod's, on the ranks outside it (the plain optimizer, no all-reduce), each steps with
     # its own gradient.
     first = hvd.add_process_set([0])
+    model = torch.nn.Linear(4, 2)  # a fresh model: the last one's hooks would all-reduce still
     model.load_state_dict(ref.state_dict())
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
                                    named_parameters=model.named_parameters(), process_set=first)
@@ -256,6 +257,14 @@ def main():
     if torch.cuda.is_available() and hvd.nccl_built():
         check.raises(hvd.PerseusError, lambda: hvd.allreduce(z.cuda(), process_set=mine),
                      "CUDA tensor in a set", ["CPU"])
+
+    # A set of no ranks, as Horovod allows (its tests make the odd ranks' set on one rank):
+    # nobody is a member; an operation on it is refused; it is removed like any set.
+    empty = hvd.add_process_set([])
+    check(empty.size() == 0 and empty.rank() == -1 and not empty.included(), "empty set")
+    check.raises(hvd.PerseusError, lambda: hvd.allreduce(torch.ones(2), process_set=empty),
+                 "an op on the empty set", ["not a member"])
+    check(hvd.remove_process_set(empty) is True, "the empty set is removed")
 
     # A set of every rank, added after operations ran.
     everyone = hvd.add_process_set(list(range(n))[::-1])

@@ -83,9 +83,20 @@ def add_process_set(process_set):
         raise ValueError("add_process_set needs the ranks of the set")
     if process_set.process_set_id is not None:
         raise ValueError("%r was already added" % (process_set,))
+    if not process_set.ranks:
+        # As Horovod: a set of no ranks may be made (every rank calls this alike, so every rank
+        # numbers it alike, below 0: libperseus makes no set, and no rank is a member of it).
+        global _EMPTY_SETS
+        _EMPTY_SETS -= 1
+        process_set.process_set_id = _EMPTY_SETS
+        _SET_SIZES[process_set.process_set_id] = 0
+        return process_set
     process_set.process_set_id = _native.add_process_set(process_set.ranks)
     _SET_SIZES[process_set.process_set_id] = len(process_set.ranks)
     return process_set
+
+
+_EMPTY_SETS = 0  # the last number given to a set of no ranks (-1, -2, ...)
 
 
 def remove_process_set(process_set):
@@ -320,7 +331,18 @@ def _group_name(name, i):
     return None if name is None else "%s.%d" % (name, i)
 
 
+def _same_device(tensors, what):
+    """A group's tensors must share one device, as in Horovod (checked before any is
+    submitted)."""
+    devices = sorted({str(t.device) for t in tensors})
+    if len(devices) > 1:
+        raise PerseusError("%s: the group's tensors are on %s; a group's tensors must all be on "
+                           "one device" % (what, " and ".join(devices)),
+                           _native.ERROR_INVALID_ARGUMENT)
+
+
 def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor, set_id):
+    _same_device(tensors, "grouped allreduce")
     handles = [_allreduce_async(t, o, _group_name(name, i), op, prescale_factor,
                                 postscale_factor, set_id=set_id)
                for i, (t, o) in enumerate(zip(tensors, outputs))]
@@ -497,6 +519,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    _same_device(tensors, "grouped allgather")
     handles = [_allgather_in(t, _group_name(name, i), process_set)
                for i, t in enumerate(tensors)]
     return Handle([r for h in handles for r in h._requests],
@@ -506,6 +529,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
+        _same_device(tensors, "grouped allgather")
         handles = [_allgather_in(t, _group_name(name, i), process_set, with_counts=True)
                    for i, t in enumerate(tensors)]
         results = Handle([r for h in handles for r in h._requests],
@@ -758,6 +782,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     ps = process_set if process_set is not None else global_process_set
     _set_id(ps)
     op = _resolve_op(op, None)
+    _same_device(tensors, "grouped reducescatter")
     for i, t in enumerate(tensors):
         _check_scatterable(t, _what("reducescatter", _group_name(name, i), t))
     handles = [_reducescatter_async(t, _group_name(name, i), op, ps, prescale_factor,
