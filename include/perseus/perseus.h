@@ -87,6 +87,9 @@ PERSEUS_API int perseus_version(void);
 /* 1 when this build has the backend, else 0. */
 PERSEUS_API int perseus_gloo_built(void);
 PERSEUS_API int perseus_nccl_built(void);
+/* NCCL's version code (major * 10000 + minor * 100 + patch, NCCL_VERSION_CODE's form: 22809
+ * for 2.28.9) when perseus_nccl_built() is 1, else 0. */
+PERSEUS_API int perseus_nccl_version(void);
 
 /* Joins the job: reads the rank's place from the environment perseusrun sets (or MPI's, under
  * Open MPI's mpirun or srun), meets the other ranks through the job's rendezvous store and

@@ -196,6 +196,13 @@ PERSEUS_API int perseus_nccl_built(void) {
   });
 }
 
+PERSEUS_API int perseus_nccl_version(void) {
+  return perseus::comm::guarded("perseus_nccl_version", nullptr, [] {
+    return perseus::comm::nccl::nccl_available(nullptr) ? perseus::comm::nccl::nccl_api().version
+                                                        : 0;
+  });
+}
+
 PERSEUS_API int perseus_init(void) {
   using namespace perseus::comm;
   return guarded("perseus_init", nullptr, [] {

@@ -173,6 +173,7 @@ def _declare(lib):
         "perseus_version": ([], c_int),
         "perseus_gloo_built": ([], c_int),
         "perseus_nccl_built": ([], c_int),
+        "perseus_nccl_version": ([], c_int),
         "perseus_init": ([], c_int),
         "perseus_finalize": ([], c_int),
         "perseus_rank": ([], c_int),
@@ -313,6 +314,11 @@ def gloo_built():
 
 def nccl_built():
     return bool(lib().perseus_nccl_built())
+
+
+def nccl_version():
+    """NCCL's version code (22809 for 2.28.9) when NCCL and a GPU can be used, else 0."""
+    return lib().perseus_nccl_version()
 
 
 _atexit_registered = False

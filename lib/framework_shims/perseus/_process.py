@@ -23,7 +23,9 @@ def gloo_built():
 
 
 def nccl_built():
-    return _native.nccl_built()
+    """As Horovod's: NCCL's version code (e.g. 22809 for 2.28.9) when NCCL can be used, else
+    0 (so `if nccl_built():` and Horovod's `nccl_built() < 2700` checks both read right)."""
+    return _native.nccl_version()
 
 
 def cuda_built():

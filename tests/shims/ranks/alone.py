@@ -74,6 +74,25 @@ def process_set_of_zero(check):
     same(check, hvd.allreduce(x, op=hvd.Average, process_set=ps), x, "allreduce in set [0]")
     same(check, hvd.allgather(x, process_set=ps), x, "allgather in set [0]")
     same(check, hvd.broadcast(x, 0, process_set=ps), x, "broadcast in set [0]")
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and hvd.nccl_built() else [])
+    for device in devices:  # CUDA tensors in a set go through host memory, and come back
+        y = x.to(device)
+        same(check, hvd.alltoall(y, process_set=ps), y, "alltoall in set [0] on " + device)
+        same(check, hvd.reducescatter(y, op=hvd.Sum, process_set=ps), y,
+             "reducescatter in set [0] on " + device)
+        same(check, hvd.allreduce(y, op=hvd.Sum, process_set=ps), y,
+             "allreduce in set [0] on " + device)
+        same(check, hvd.allgather(y, process_set=ps), y, "allgather in set [0] on " + device)
+        z = y.clone()
+        hvd.broadcast_(z, 0, process_set=ps)
+        same(check, z, y, "broadcast_ in set [0] on " + device)
+        z = y.clone()
+        hvd.allreduce_(z, op=hvd.Average, process_set=ps)
+        same(check, z, y, "allreduce_ in set [0] on " + device)
+        g = y.clone().requires_grad_()
+        hvd.allreduce(g, op=hvd.Sum, process_set=ps).sum().backward()
+        same(check, g.grad, torch.ones_like(y), "allreduce grad in set [0] on " + device)
+        hvd.barrier(process_set=ps)
 
 
 def main():

@@ -77,7 +77,10 @@ def main():
     check(hvd.cross_rank() == int(env["PERSEUS_CROSS_RANK"]), "cross_rank")
     check(hvd.cross_size() == int(env["PERSEUS_CROSS_SIZE"]), "cross_size")
     check(hvd.gloo_built() and not hvd.mpi_built(), "gloo_built/mpi_built")
-    check(hvd.nccl_built() in (True, False), "nccl_built")
+    # As Horovod's: NCCL's version code, or 0.
+    code = hvd.nccl_built()
+    check(type(code) is int and (code == 0 or code >= 21800), "nccl_built %r" % (code,))
+    check(bool(code) == bool(hvd.cuda_built()), "nccl_built and cuda_built agree")
     ranks = range(n)
 
     # allreduce: every op on every dtype.

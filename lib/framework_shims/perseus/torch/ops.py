@@ -17,8 +17,8 @@ _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: 
 
 
 class ProcessSet:
-    """A group of ranks whose operations run among themselves only (libperseus's process sets:
-    CPU tensors only outside the global set). Make one with add_process_set(ranks), collectively
+    """A group of ranks whose operations run among themselves only (libperseus's process sets,
+    which move host memory: CUDA tensors outside the global set go through a CPU copy). Make one with add_process_set(ranks), collectively
     over every rank; pass it as process_set= to any operation (allreduce, allgather, broadcast,
     alltoall, reducescatter, their async, in-place and grouped forms, barrier,
     broadcast_object, allgather_object) and to DistributedOptimizer. global_process_set is
@@ -65,12 +65,19 @@ def _set_id(process_set):
     return process_set.process_set_id
 
 
-def _refuse_cuda(tensor, set_id, what):
-    if set_id != _native.GLOBAL_PROCESS_SET and tensor.is_cuda:
-        raise PerseusError("%s: the tensor is on %s, but process sets other than the global one "
-                           "move CPU tensors only (libperseus: host memory): move it to the CPU "
-                           "or use global_process_set" % (what, tensor.device),
-                           _native.ERROR_INVALID_ARGUMENT)
+def _staged(tensor, set_id):
+    """Whether tensor goes through host memory: a CUDA tensor in a process set other than the
+    global one (libperseus's sets move host memory). The operation then runs on a CPU copy and
+    its result is copied back to the tensor's device: Horovod's results, at the cost of a copy
+    each way."""
+    return set_id != _native.GLOBAL_PROCESS_SET and tensor.is_cuda
+
+
+def _back_to(device, result):
+    """result (a tensor, or a tuple whose tensors are outputs) moved to device."""
+    if isinstance(result, tuple):
+        return (result[0].to(device),) + tuple(result[1:])
+    return result.to(device)
 
 
 def add_process_set(process_set):
@@ -246,8 +253,12 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
                      check=None, set_id=_native.GLOBAL_PROCESS_SET):
     """label: what a NaN check's error calls the tensor (default: its name); check: whether to
     check for NaN/Inf (default: PERSEUS_ALLREDUCE_NANCHECK); set_id: the libperseus process set."""
+    if _staged(tensor, set_id):
+        host = tensor.detach().cpu()
+        inner = _allreduce_async(host, host, name, op, prescale_factor, postscale_factor, label,
+                                 check, set_id)
+        return Handle(inner._requests, lambda: output.copy_(inner._finish()))
     what = _what("allreduce", name, tensor)
-    _refuse_cuda(tensor, set_id, what)
     send = tensor if output is tensor else tensor.contiguous()
     check = (_grad.nancheck() if check is None else check) and send.is_floating_point()
     input_nonfinite = check and not _grad.finite(send)
@@ -444,8 +455,10 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 def _allgather_async(tensor, name, with_counts=False, set_id=_native.GLOBAL_PROCESS_SET,
                      members=None):
     """members: how many ranks take part (process set's size; default: every rank)."""
+    if _staged(tensor, set_id):
+        inner = _allgather_async(tensor.detach().cpu(), name, with_counts, set_id, members)
+        return Handle(inner._requests, lambda: _back_to(tensor.device, inner._finish()))
     what = _what("allgather", name, tensor)
-    _refuse_cuda(tensor, set_id, what)
     send = tensor.contiguous()
     if send.dim() == 0:
         send = send.reshape(1)
@@ -562,8 +575,11 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 # ---- broadcast -----------------------------------------------------------------------------
 
 def _broadcast_async(tensor, output, root_rank, name, set_id=_native.GLOBAL_PROCESS_SET):
+    if _staged(tensor, set_id):
+        host = tensor.detach().cpu()
+        inner = _broadcast_async(host, host, root_rank, name, set_id)
+        return Handle(inner._requests, lambda: output.copy_(inner._finish()))
     what = _what("broadcast", name, tensor)
-    _refuse_cuda(tensor, set_id, what)
     if output is not tensor:
         output.copy_(tensor)
     buf, count, code, device, stream = _tensors.describe(output, what, reduce=False)
@@ -634,8 +650,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     has one entry per member, in rank order."""
     ps = process_set if process_set is not None else global_process_set
     set_id = _set_id(ps)
+    if _staged(tensor, set_id):
+        inner = alltoall_async(tensor.detach().cpu(), splits, name, ps)
+        return Handle(inner._requests, lambda: _back_to(tensor.device, inner._finish()))
     what = _what("alltoall", name, tensor)
-    _refuse_cuda(tensor, set_id, what)
     send = tensor.contiguous()
     if send.dim() == 0:
         send = send.reshape(1)
@@ -698,8 +716,11 @@ def _check_scatterable(tensor, what):
 
 def _reducescatter_async(tensor, name, op, ps, prescale_factor, postscale_factor):
     set_id = _set_id(ps)
+    if _staged(tensor, set_id):
+        inner = _reducescatter_async(tensor.detach().cpu(), name, op, ps, prescale_factor,
+                                     postscale_factor)
+        return Handle(inner._requests, lambda: _back_to(tensor.device, inner._finish()))
     what = _what("reducescatter", name, tensor)
-    _refuse_cuda(tensor, set_id, what)
     send = tensor.contiguous()
     _check_scatterable(send, what)
     n, me = ps.size(), ps.rank()
