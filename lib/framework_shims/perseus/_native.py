@@ -64,6 +64,14 @@ class PerseusError(RuntimeError):
         self.detail = detail
 
 
+class InvalidArgumentError(PerseusError, ValueError):
+    """A call's argument is refused before anything is submitted (PERSEUS_ERROR_INVALID_ARGUMENT);
+    also a ValueError, as Horovod raises for such arguments."""
+
+    def __init__(self, message):
+        super().__init__(message, ERROR_INVALID_ARGUMENT)
+
+
 class DuplicateNameError(PerseusError, ValueError):
     """An operation was submitted under a name that is still in flight on this rank (Horovod
     raises ValueError there): nothing was submitted, the job goes on."""

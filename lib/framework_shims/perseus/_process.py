@@ -46,3 +46,19 @@ def gloo_enabled():
 
 def mpi_threads_supported():
     return False
+
+
+def ccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def is_homogeneous():
+    return True

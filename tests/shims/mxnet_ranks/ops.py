@@ -89,7 +89,131 @@ n = sum(splits)
 mine = mx.nd.array(data(rank, (n, 3)))
 start = sum(splits[:rank])
 want = np.concatenate([data(r, (n, 3))[start:start + splits[rank]] for r in range(size)])
-check(hvd.alltoall(mine, splits=mx.nd.array(splits, dtype="int32")), want, "alltoall splits")
+out, received = hvd.alltoall(mine, splits=mx.nd.array(splits, dtype="int32"))
+check(out, want, "alltoall splits")
+check(received, np.array([splits[rank]] * size, dtype="int32"), "alltoall received_splits")
+out, received = hvd.alltoall(mine, splits=splits)  # a list, as Horovod takes too
+check(received, np.array([splits[rank]] * size, dtype="int32"), "alltoall list splits")
+try:
+    hvd.alltoall(mine, splits=mx.nd.array(splits, dtype="float32"))
+    raise AssertionError("float splits accepted")
+except ValueError as e:  # as Horovod's (a PerseusError too)
+    assert "integers" in str(e) and isinstance(e, hvd.PerseusError), e
+    checks += 1
+try:
+    hvd.reducescatter(mx.nd.array(rank, dtype="float32"))
+    raise AssertionError("a scalar reducescatter accepted")
+except ValueError:
+    checks += 1
+
+# reducescatter: 2 * size + 1 rows, the first ranks one more; Sum, Average, prescale
+rows = 2 * size + 1
+share = [rows // size + (1 if r < rows % size else 0) for r in range(size)]
+start = sum(share[:rank])
+for dtype in ("float32", "float64", "int32"):
+    everyone = np.stack([data(r, (rows, 3), dtype) for r in range(size)])
+    mine = mx.nd.array(data(rank, (rows, 3), dtype), dtype=dtype)
+    total = everyone.sum(0).astype(dtype)
+    check(hvd.reducescatter(mine, op=hvd.Sum, name="rs." + dtype),
+          total[start:start + share[rank]], "reducescatter Sum " + dtype)
+    outs = hvd.grouped_reducescatter([mine, mine], op=hvd.Sum, name="grs." + dtype)
+    check(outs[1], total[start:start + share[rank]], "grouped_reducescatter " + dtype)
+mine = mx.nd.array(data(rank, (rows, 2), "float64"), dtype="float64")
+total = np.stack([data(r, (rows, 2), "float64") for r in range(size)]).sum(0)
+check(hvd.reducescatter(mine, prescale_factor=2.0), (2 * total / size)[start:start + share[rank]],
+      "reducescatter Average (default), prescale 2")
+try:
+    hvd.grouped_reducescatter([mine, mx.nd.array(np.float32(rank))])
+    raise AssertionError("a scalar reducescatter accepted")
+except ValueError:
+    checks += 1
+
+# grouped_allgather, the object collectives
+outs = hvd.grouped_allgather([mx.nd.array(data(rank, (rank + 1, 2))),
+                              mx.nd.array(data(rank, (1,), "int32"), dtype="int32")], name="gag")
+check(outs[0], np.concatenate([data(r, (r + 1, 2)) for r in range(size)]), "grouped_allgather 0")
+check(outs[1], np.concatenate([data(r, (1,), "int32") for r in range(size)]),
+      "grouped_allgather 1")
+got = hvd.broadcast_object({"from": size - 1, "list": [1, 2]} if rank == size - 1 else None,
+                           root_rank=size - 1)
+assert got == {"from": size - 1, "list": [1, 2]}, got
+got = hvd.allgather_object(("rank", rank))
+assert got == [("rank", r) for r in range(size)], got
+checks += 2
+
+# a shape mismatch with equal element counts raises on every rank, and the job goes on
+try:
+    hvd.allreduce(mx.nd.ones((2, 3) if rank == 0 else (3, 2)), name="shapes")
+    raise AssertionError("a [2, 3] against a [3, 2] was accepted")
+except hvd.PerseusError as e:
+    assert "shape" in str(e), e
+    checks += 1
+check(hvd.allreduce(mx.nd.ones((2,)), op=hvd.Sum, name="after"), np.full((2,), size, "float32"),
+      "the job goes on")
+assert not hvd.ccl_built() and not hvd.rocm_built() and not hvd.ddl_built()
+assert bool(hvd.cuda_built()) == bool(hvd.nccl_built())
+
+# process sets: the even and the odd ranks
+even = hvd.add_process_set([r for r in range(size) if r % 2 == 0])
+odd = hvd.add_process_set([r for r in range(size) if r % 2])
+mine_set = even if rank % 2 == 0 else odd
+members = mine_set.ranks
+pos = members.index(rank)
+m = len(members)
+x = mx.nd.array(data(rank))
+check(hvd.allreduce(x, op=hvd.Sum, name="x", process_set=mine_set),
+      sum(data(r) for r in members).astype("float32"), "set allreduce")
+y = x.copy()
+hvd.allreduce_(y, name="x.", process_set=mine_set)
+check(y, (sum(data(r) for r in members) / m).astype("float32"), "set allreduce_ Average")
+outs = hvd.grouped_allreduce([x, x], op=hvd.Sum, process_set=mine_set)
+check(outs[1], sum(data(r) for r in members).astype("float32"), "set grouped_allreduce")
+check(hvd.allgather(mx.nd.array(data(rank, (rank + 1, 2))), process_set=mine_set),
+      np.concatenate([data(r, (r + 1, 2)) for r in members]), "set allgather")
+check(hvd.grouped_allgather([x], process_set=mine_set)[0],
+      np.concatenate([data(r) for r in members]), "set grouped_allgather")
+check(hvd.broadcast(x, members[-1], process_set=mine_set), data(members[-1]), "set broadcast")
+a2a = mx.nd.array(data(rank, (2 * m, 2)))
+out, received = hvd.alltoall(a2a, splits=[2] * m, process_set=mine_set)
+check(out, np.concatenate([data(r, (2 * m, 2))[2 * pos:2 * pos + 2] for r in members]),
+      "set alltoall")
+check(received, np.array([2] * m, dtype="int32"), "set alltoall received_splits")
+rs = mx.nd.array(data(rank, (2 * m + 1, 2)))
+share = [(2 * m + 1) // m + (1 if i < (2 * m + 1) % m else 0) for i in range(m)]
+s0 = sum(share[:pos])
+check(hvd.reducescatter(rs, op=hvd.Sum, process_set=mine_set),
+      sum(data(r, (2 * m + 1, 2)) for r in members).astype("float32")[s0:s0 + share[pos]],
+      "set reducescatter")
+hvd.barrier(process_set=mine_set)
+assert hvd.allgather_object(rank, process_set=mine_set) == members
+assert hvd.broadcast_object(rank, root_rank=members[0], process_set=mine_set) == members[0]
+checks += 2
+other = odd if mine_set is even else even
+if other.ranks:
+    try:
+        hvd.allreduce(x, process_set=other)
+        raise AssertionError("an outsider's allreduce accepted")
+    except hvd.PerseusError as e:
+        assert "not a member" in str(e), e
+        checks += 1
+# DistributedOptimizer of the even set, on every rank (as Horovod's test): the members step
+# with the members' average gradient; the others with their own, divided by the set's size.
+opt = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=1.0, wd=0.0), process_set=even)
+w = mx.nd.zeros((3, 4))
+g = mx.nd.array(data(rank))
+opt.update(0, w, g, opt.create_state(0, w))
+evens = even.ranks
+if rank in evens:
+    check(w, (-sum(data(r) for r in evens) / len(evens)).astype("float32"),
+          "DistributedOptimizer in the even set", 1e-5)
+else:
+    check(w, (-data(rank) / len(evens)).astype("float32"),
+          "DistributedOptimizer outside its set", 1e-5)
+empty = hvd.add_process_set([])
+assert empty.size() == 0 and not empty.included()
+assert hvd.remove_process_set(odd) and hvd.remove_process_set(even)
+assert not hvd.remove_process_set(hvd.global_process_set)
+checks += 1
 
 # broadcast_parameters: a Gluon ParameterDict (with a deferred one), a dict of NDArrays
 mx.random.seed(rank)

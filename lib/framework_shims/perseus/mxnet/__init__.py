@@ -13,11 +13,13 @@ lib/framework_shims/README.md for the whole surface.
 """
 from perseus._native import PerseusError  # noqa: F401
 from perseus.mxnet.ops import (  # noqa: F401
-    Adasum, Average, Max, Min, Product, Sum,
-    allgather, allreduce, allreduce_, alltoall, barrier, broadcast, broadcast_, cross_rank,
-    cross_size, gloo_built, gloo_enabled, grouped_allreduce, grouped_allreduce_, init,
-    is_initialized, local_rank, local_size, mpi_built, mpi_enabled, nccl_built, rank, shutdown,
-    size,
+    Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_process_set, allgather,
+    allgather_object, allreduce, allreduce_, alltoall, barrier, broadcast, broadcast_,
+    broadcast_object, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
+    global_process_set, gloo_built, gloo_enabled, grouped_allgather, grouped_allreduce,
+    grouped_allreduce_, grouped_reducescatter, init, is_homogeneous, is_initialized, local_rank,
+    local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, reducescatter,
+    remove_process_set, rocm_built, shutdown, size,
 )
 from perseus.mxnet.functions import broadcast_parameters  # noqa: F401
 from perseus.mxnet.optimizer import DistributedOptimizer, DistributedTrainer  # noqa: F401
@@ -29,9 +31,12 @@ __all__ = [
     "PerseusError", "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
     "cross_rank", "cross_size", "barrier", "gloo_built", "gloo_enabled", "nccl_built",
-    "mpi_built", "mpi_enabled",
+    "mpi_built", "mpi_enabled", "mpi_threads_supported", "ccl_built", "cuda_built",
+    "ddl_built", "rocm_built", "is_homogeneous",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "allreduce", "allreduce_", "grouped_allreduce", "grouped_allreduce_", "allgather",
-    "broadcast", "broadcast_", "alltoall",
+    "grouped_allgather", "broadcast", "broadcast_", "alltoall", "reducescatter",
+    "grouped_reducescatter", "broadcast_object", "allgather_object",
     "broadcast_parameters", "DistributedOptimizer", "DistributedTrainer",
     "Compression", "create", "PerseusKVStore", "PerseusOp", "PerseusSyncBatchNorm",
 ]

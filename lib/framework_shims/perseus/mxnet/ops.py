@@ -11,12 +11,17 @@ correct, untested here (no MXNet GPU build can be installed), and slower than NC
 Names: operations given a name are matched across ranks by it (and may then be submitted in
 different orders); unnamed ones must be made in the same order on every rank.
 """
+import pickle
+
 import numpy as np
 
 import mxnet as mx
 
 from perseus import _native
 from perseus._native import PerseusError
+from perseus._process_sets import (  # noqa: F401 - the shared process-set API, re-exported
+    ProcessSet, add_process_set, global_process_set, remove_process_set)
+from perseus._process_sets import of as _of, set_id as _set_id
 
 # Horovod's values for its reduction constants (horovod.common.basics).
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
@@ -27,31 +32,29 @@ _OPS = {Average: _native.AVERAGE, Sum: _native.SUM, Min: _native.MIN, Max: _nati
 # ---- the process ---------------------------------------------------------------------------
 
 def init(comm=None, process_sets=None):
-    """Joins the job (perseus_init). Collective; calling it again does nothing."""
+    """Joins the job (perseus_init), then adds process_sets (ProcessSets or lists of ranks; the
+    same on every rank) in order. Collective; calling it again does nothing."""
     if comm is not None:
         raise NotImplementedError("perseus.mxnet.init(comm=...): MPI communicators are not "
                                   "supported; the job is every rank perseusrun started")
-    if process_sets not in (None, [], "dynamic"):
-        raise NotImplementedError("perseus.mxnet.init(process_sets=...): only the global "
-                                  "process set exists")
     _native.init()
+    if process_sets not in (None, "dynamic"):
+        for ps in process_sets:
+            add_process_set(ps)
 
 
 from perseus._process import (  # noqa: F401 - the shared process API, re-exported
-    cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled, is_initialized, local_rank,
-    local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, shutdown, size)
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
+    is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
 
 
-def barrier():
-    _native.barrier()
+def barrier(process_set=global_process_set):
+    """Returns once every rank (every member of process_set) has called it."""
+    _native.barrier(_set_id(process_set))
 
 
 # ---- NDArrays <-> host buffers -------------------------------------------------------------
-
-def _check_process_set(process_set):
-    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
-        raise NotImplementedError("perseus.mxnet has only the global process set")
-
 
 def _to_host(tensor, what):
     """A C-contiguous numpy copy of tensor (an NDArray, a numpy array or a number)."""
@@ -115,14 +118,15 @@ def resolve_op(op, average):
 
 # ---- allreduce -----------------------------------------------------------------------------
 
-def _allreduce_submit(tensor, name, op, prescale_factor, postscale_factor):
+def _allreduce_submit(tensor, name, op, prescale_factor, postscale_factor,
+                      set_id=_native.GLOBAL_PROCESS_SET):
     """Submits the all-reduce of tensor; returns (host buffer, request)."""
     what = _what("allreduce", name, tensor)
     host = _to_host(tensor, what)
     request = _native.allreduce_async(host.ctypes.data, host.ctypes.data, host.size,
                                       _code(host, what), _OPS[op], prescale_factor,
                                       postscale_factor, name, what=what, keep=(host,),
-                                      shape=host.shape)
+                                      shape=host.shape, process_set=set_id)
     return host, request
 
 
@@ -138,10 +142,11 @@ def _finish(requests):
 def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None, op=None):
     """The reduction (Average by default; op=Sum/Min/Max/Product, or average=False for Sum) of
-    tensor over every rank, as a new NDArray on tensor's context."""
-    _check_process_set(process_set)
+    tensor over every rank (of process_set), as a new NDArray on tensor's context."""
+    set_id = _set_id(process_set)
     op = resolve_op(op, average)
-    host, request = _allreduce_submit(tensor, name, op, prescale_factor, postscale_factor)
+    host, request = _allreduce_submit(tensor, name, op, prescale_factor, postscale_factor,
+                                      set_id)
     _finish([request])
     return _like(host, tensor)
 
@@ -149,9 +154,10 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
 def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None, op=None):
     """allreduce in place: tensor becomes the result, and is returned."""
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = resolve_op(op, average)
-    host, request = _allreduce_submit(tensor, name, op, prescale_factor, postscale_factor)
+    host, request = _allreduce_submit(tensor, name, op, prescale_factor, postscale_factor,
+                                      set_id)
     _finish([request])
     return _write(tensor, host)
 
@@ -160,16 +166,27 @@ def _group_name(name, i):
     return None if name is None else "%s.%d" % (name, i)
 
 
+def _same_context(tensors, what):
+    """A group's NDArrays must share one context, as in Horovod (checked before any is
+    submitted)."""
+    contexts = sorted({str(getattr(t, "context", "host")) for t in tensors})
+    if len(contexts) > 1:
+        raise PerseusError("%s: the group's NDArrays are on %s; a group's NDArrays must all be "
+                           "on one context" % (what, " and ".join(contexts)),
+                           _native.ERROR_INVALID_ARGUMENT)
+
+
 def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=None, op=None, names=None):
     """allreduce_ of each tensor, all submitted before any is waited for (so libperseus can
     fuse them). names: one name per tensor (else name.<i>, or unnamed)."""
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = resolve_op(op, average)
     tensors = list(tensors)
+    _same_context(tensors, "grouped allreduce")
     if names is None:
         names = [_group_name(name, i) for i in range(len(tensors))]
-    submitted = [_allreduce_submit(t, n, op, prescale_factor, postscale_factor)
+    submitted = [_allreduce_submit(t, n, op, prescale_factor, postscale_factor, set_id)
                  for t, n in zip(tensors, names)]
     _finish([r for _, r in submitted])
     for t, (host, _) in zip(tensors, submitted):
@@ -180,39 +197,50 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
 def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=None, op=None):
     """allreduce of each tensor, as new NDArrays, submitted together."""
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = resolve_op(op, average)
     tensors = list(tensors)
+    _same_context(tensors, "grouped allreduce")
     submitted = [_allreduce_submit(t, _group_name(name, i), op, prescale_factor,
-                                   postscale_factor) for i, t in enumerate(tensors)]
+                                   postscale_factor, set_id) for i, t in enumerate(tensors)]
     _finish([r for _, r in submitted])
     return [_like(host, t) for t, (host, _) in zip(tensors, submitted)]
 
 
 # ---- allgather -----------------------------------------------------------------------------
 
-def _first_dims(rows, name):
-    """Every rank's first dimension (for tensors whose rows hold no elements)."""
+def _first_dims(rows, name, ps):
+    """Every member's first dimension (for tensors whose rows hold no elements)."""
     mine = np.array([rows], dtype=np.int64)
-    out = np.zeros(size(), dtype=np.int64)
-    _native.check(_native.lib().perseus_allgather(
-        mine.ctypes.data, out.ctypes.data, 1, _native.DTYPES["int64"],
-        _native._name(None if name is None else name + ".rows")), "allgather of first dims")
+    out, _ = allgather_host(mine, None if name is None else name + ".rows", "allgather of "
+                            "first dimensions", ps)
     return [int(v) for v in out]
 
 
-def allgather_host(host, name=None, what="allgather"):
-    """Concatenation along the first dimension of every rank's numpy array host (first
-    dimensions may differ); returns (numpy result, rows per rank)."""
+def allgather_host(host, name=None, what="allgather", process_set=global_process_set):
+    """Concatenation along the first dimension of every rank's (every member's of
+    process_set) numpy array host (first dimensions may differ); returns (numpy result, rows
+    per rank)."""
+    request, host = _allgather_submit(host, name, what, process_set)
+    return _allgather_result(request, host, name, what, process_set)
+
+
+def _allgather_submit(host, name, what, process_set):
     if host.ndim == 0:
         host = host.reshape(1)
+    request = _native.allgatherv_async(host.ctypes.data, host.size, _code(host, what), name,
+                                       what=what, keep=(host,), shape=host.shape,
+                                       process_set=_set_id(process_set))
+    return request, host
+
+
+def _allgather_result(request, host, name, what, process_set):
+    ps = _of(process_set)
     rest = tuple(host.shape[1:])
     row = int(np.prod(rest)) if rest else 1
-    request = _native.allgatherv_async(host.ctypes.data, host.size, _code(host, what), name,
-                                       what=what, keep=(host,), shape=host.shape)
     try:
         request.wait()
-        counts = request.counts(size())
+        counts = request.counts(ps.size())
         if row:
             if any(c % row for c in counts):  # libperseus compared the shapes: never expected
                 raise PerseusError("%s: the element counts %s from the ranks are not whole rows "
@@ -226,42 +254,57 @@ def allgather_host(host, name=None, what="allgather"):
     finally:
         request.release()
     if rows is None:
-        rows = _first_dims(host.shape[0], name)
+        rows = _first_dims(host.shape[0], name, ps)
         out = np.empty((sum(rows),) + rest, dtype=host.dtype)
     return out, rows
 
 
-def allgather(tensor, name=None, priority=0, process_set=None):
-    """Every rank's tensor concatenated along the first dimension, in rank order (first
-    dimensions may differ between ranks; the others must agree)."""
-    _check_process_set(process_set)
+def allgather(tensor, name=None, priority=0, process_set=global_process_set):
+    """Every rank's (every member's of process_set) tensor concatenated along the first
+    dimension, in rank order (first dimensions may differ between ranks; the others must
+    agree)."""
+    _set_id(process_set)
     what = _what("allgather", name, tensor)
-    out, _ = allgather_host(_to_host(tensor, what), name, what)
+    out, _ = allgather_host(_to_host(tensor, what), name, what, process_set)
     return _like(out, tensor)
+
+
+def grouped_allgather(tensors, name=None, priority=0, process_set=global_process_set):
+    """allgather of each tensor (named name.0, name.1, ...), submitted together."""
+    _set_id(process_set)
+    tensors = list(tensors)
+    _same_context(tensors, "grouped allgather")
+    submitted = []
+    for i, t in enumerate(tensors):
+        what = _what("allgather", _group_name(name, i), t)
+        submitted.append((t, what) + _allgather_submit(_to_host(t, what), _group_name(name, i),
+                                                       what, process_set))
+    return [_like(_allgather_result(request, host, _group_name(name, i), what,
+                                    process_set)[0], t)
+            for i, (t, what, request, host) in enumerate(submitted)]
 
 
 # ---- broadcast -----------------------------------------------------------------------------
 
-def _broadcast_host(tensor, root_rank, name):
+def _broadcast_host(tensor, root_rank, name, process_set=global_process_set):
     what = _what("broadcast from rank %s" % root_rank, name, tensor)
     host = _to_host(tensor, what)
     request = _native.broadcast_async(host.ctypes.data, host.size, _code(host, what),
                                       int(root_rank), name, what=what, keep=(host,),
-                                      shape=host.shape)
+                                      shape=host.shape, process_set=_set_id(process_set))
     _finish([request])
     return host
 
 
-def broadcast(tensor, root_rank, name=None, priority=0, process_set=None):
-    """root_rank's tensor, as a new NDArray on every rank."""
-    _check_process_set(process_set)
-    return _like(_broadcast_host(tensor, root_rank, name), tensor)
+def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
+    """root_rank's tensor, as a new NDArray on every rank (of process_set; root_rank is a rank
+    of the job, a member of the set)."""
+    return _like(_broadcast_host(tensor, root_rank, name, process_set), tensor)
 
 
-def broadcast_(tensor, root_rank, name=None, priority=0, process_set=None):
+def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """broadcast in place: every rank's tensor becomes root_rank's."""
-    _check_process_set(process_set)
-    return _write(tensor, _broadcast_host(tensor, root_rank, name))
+    return _write(tensor, _broadcast_host(tensor, root_rank, name, process_set))
 
 
 def grouped_broadcast_(tensors, root_rank, names):
@@ -280,16 +323,29 @@ def grouped_broadcast_(tensors, root_rank, names):
 
 # ---- alltoall ------------------------------------------------------------------------------
 
-def alltoall(tensor, splits=None, name=None, priority=0, process_set=None):
-    """Scatters tensor's rows: splits[r] rows (in order) go to rank r (splits None: the first
-    dimension split evenly); returns the rows every rank sent to this one, in rank order."""
-    _check_process_set(process_set)
+def _splits_of(splits, what):
+    """splits as a list of ints; float splits are refused (Horovod takes integers only)."""
+    values = splits.asnumpy() if isinstance(splits, mx.nd.NDArray) else np.asarray(splits)
+    if values.dtype.kind not in "iu" and values.size:
+        raise _native.InvalidArgumentError("%s: splits must be integers, not %s (%s)" % (
+            what, values.dtype.name, values.reshape(-1).tolist()))
+    return [int(v) for v in values.reshape(-1)]
+
+
+def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
+    """Scatters tensor's rows: splits[r] rows (in order) go to rank r (the r-th member of
+    process_set; splits None: the first dimension split evenly); returns the rows every rank
+    sent to this one, in rank order, and with splits given, as Horovod, also the rows received
+    from each (an int32 NDArray): (output, received_splits)."""
+    ps = _of(process_set)
+    set_id = _set_id(ps)
     what = _what("alltoall", name, tensor)
-    host = _to_host(tensor, what)
-    if host.ndim == 0:
+    if len(tensor.shape) == 0:  # (numpy's ascontiguousarray would make it 1-D)
         raise PerseusError("%s: alltoall needs at least one dimension" % what,
                            _native.ERROR_INVALID_ARGUMENT)
-    n = size()
+    host = _to_host(tensor, what)
+    n = ps.size()
+    return_splits = splits is not None
     if splits is None:
         if host.shape[0] % n:
             raise PerseusError("%s: the first dimension (%d) is not divisible by the number of "
@@ -297,8 +353,7 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=None):
                                _native.ERROR_INVALID_ARGUMENT)
         splits = [host.shape[0] // n] * n
     else:
-        splits = [int(s) for s in (splits.asnumpy() if isinstance(splits, mx.nd.NDArray)
-                                   else np.asarray(splits)).reshape(-1)]
+        splits = _splits_of(splits, what)
     if len(splits) != n or sum(splits) != host.shape[0] or min(splits) < 0:
         raise PerseusError("%s: splits %s must have %d non-negative entries summing to the "
                            "first dimension %d" % (what, splits, n, host.shape[0]),
@@ -307,7 +362,7 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=None):
     row = int(np.prod(rest)) if rest else 1
     request = _native.alltoall_async(host.ctypes.data, [s * row for s in splits],
                                      _code(host, what), name, what=what, keep=(host,),
-                                     shape=host.shape)
+                                     shape=host.shape, process_set=set_id)
     try:
         request.wait()
         counts = request.counts(n)
@@ -316,10 +371,107 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=None):
                                "%d elements" % (what, counts, row), _native.ERROR_INTERNAL)
         if row == 0:
             out = np.empty((0,) + rest, dtype=host.dtype)
+            received = [0] * n
         else:
             out = np.empty((sum(counts) // row,) + rest, dtype=host.dtype)
+            received = [c // row for c in counts]
             if sum(counts):
                 request.copy_output(out.ctypes.data)
     finally:
         request.release()
+    if return_splits:
+        return _like(out, tensor), mx.nd.array(received, dtype="int32")
     return _like(out, tensor)
+
+
+# ---- reducescatter -------------------------------------------------------------------------
+
+def _reducescatter_submit(tensor, name, op, ps, prescale_factor, postscale_factor):
+    """Submits tensor's reducescatter in ps: rows split evenly, the first members getting one
+    more; returns (output numpy array, request)."""
+    what = _what("reducescatter", name, tensor)
+    if len(tensor.shape) == 0:  # (numpy's ascontiguousarray would make it 1-D)
+        raise ValueError("%s: reducescatter needs a tensor of at least one dimension" % what)
+    host = _to_host(tensor, what)
+    n, me = ps.size(), ps.rank()
+    rest = tuple(host.shape[1:])
+    row = int(np.prod(rest)) if rest else 1
+    rows = [host.shape[0] // n + (1 if r < host.shape[0] % n else 0) for r in range(n)]
+    out = np.empty((rows[me],) + rest, dtype=host.dtype)
+    request = _native.reducescatter_async(host.ctypes.data, out.ctypes.data,
+                                          [r * row for r in rows], _code(host, what), _OPS[op],
+                                          prescale_factor, postscale_factor, name, what=what,
+                                          keep=(host, out), shape=host.shape,
+                                          process_set=_set_id(ps))
+    return out, request
+
+
+def _scatter_op(op):
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter: op must be Average or Sum, as in Horovod")
+    return op
+
+
+def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """The reduction (Average or Sum) of tensor over every rank (of process_set), of which
+    this rank keeps its share of the rows (the first dimension split evenly, the first ranks
+    getting one more row), as a new NDArray."""
+    ps = _of(process_set)
+    _set_id(ps)
+    out, request = _reducescatter_submit(tensor, name, _scatter_op(op), ps, prescale_factor,
+                                         postscale_factor)
+    _finish([request])
+    return _like(out, tensor)
+
+
+def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of each tensor (named name.0, name.1, ...), submitted together; every
+    tensor is checked before any is submitted."""
+    ps = _of(process_set)
+    _set_id(ps)
+    op = _scatter_op(op)
+    tensors = list(tensors)
+    _same_context(tensors, "grouped reducescatter")
+    for i, t in enumerate(tensors):
+        if len(t.shape) == 0:
+            raise ValueError("%s: reducescatter needs a tensor of at least one dimension"
+                             % _what("reducescatter", _group_name(name, i), t))
+    submitted = [_reducescatter_submit(t, _group_name(name, i), op, ps, prescale_factor,
+                                       postscale_factor) for i, t in enumerate(tensors)]
+    _finish([r for _, r in submitted])
+    return [_like(out, t) for t, (out, _) in zip(tensors, submitted)]
+
+
+# ---- objects -------------------------------------------------------------------------------
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """root_rank's obj (pickled), on every rank (of process_set)."""
+    base = name or type(obj).__name__
+    if rank() == root_rank:
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
+        length = np.array([data.size], dtype=np.int64)
+    else:
+        data, length = None, np.zeros(1, dtype=np.int64)
+    length = _broadcast_host(length, root_rank, "broadcast_object.%s.size" % base if name
+                             else None, process_set)
+    payload = data if data is not None else np.empty(int(length[0]), dtype=np.uint8)
+    payload = _broadcast_host(payload, root_rank, "broadcast_object.%s.data" % base if name
+                              else None, process_set)
+    return obj if data is not None else pickle.loads(payload.tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Every rank's (every member's of process_set) obj (pickled), as a list in rank order."""
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
+    # As Horovod: named after the object's type by default.
+    out, rows = allgather_host(data, "allgather_object.%s" % (name or type(obj).__name__),
+                               "allgather_object", process_set)
+    raw = out.tobytes()
+    objects, offset = [], 0
+    for r in rows:
+        objects.append(pickle.loads(raw[offset:offset + r]))
+        offset += r
+    return objects

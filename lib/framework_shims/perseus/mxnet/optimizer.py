@@ -14,9 +14,15 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     step uses the average (Horovod's arithmetic). For Module.fit with kvstore=None or for a
     gluon.Trainer(..., kvstore=None); DistributedTrainer is the Gluon way."""
 
-    def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0):
+    def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
+                 process_set=ops.global_process_set):
+        # As Horovod: the gradients are summed within process_set (every rank by default) and
+        # rescale_grad divided by its size; on a rank outside the set, update() is the wrapped
+        # optimizer's own (with the same rescale_grad).
+        self._process_set = ops._of(process_set)
+        ops._set_id(self._process_set)
         self._optimizer = optimizer
-        self._optimizer.rescale_grad *= (gradient_predivide_factor / ops.size())
+        self._optimizer.rescale_grad *= (gradient_predivide_factor / self._process_set.size())
         self._gradient_predivide_factor = gradient_predivide_factor
 
     def __getattr__(self, item):
@@ -38,15 +44,16 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         return self._optimizer.create_state(index, weight)
 
     def _do_allreduce(self, index, grad):
-        if ops.size() == 1:
+        if self._process_set.size() == 1 or not self._process_set.included():
             return
         pre = 1.0 / self._gradient_predivide_factor
         if isinstance(index, (tuple, list)):
             ops.grouped_allreduce_(grad, average=False, prescale_factor=pre,
-                                   names=["DistributedOptimizer.%s" % i for i in index])
+                                   names=["DistributedOptimizer.%s" % i for i in index],
+                                   process_set=self._process_set)
         else:
             ops.allreduce_(grad, average=False, name="DistributedOptimizer.%s" % index,
-                           prescale_factor=pre)
+                           prescale_factor=pre, process_set=self._process_set)
 
     def update(self, index, weight, grad, state):
         self._do_allreduce(index, grad)
@@ -67,14 +74,16 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
 
 
 class DistributedTrainer(mx.gluon.Trainer):
-    """A gluon.Trainer whose gradients are averaged over every rank before each update (summed
-    by libperseus, and the trainer's scale divided by the number of ranks, as Horovod does).
+    """A gluon.Trainer whose gradients are averaged over every rank (of process_set) before
+    each update (summed by libperseus, and the trainer's scale divided by the number of ranks,
+    as Horovod does).
     The learning rate is the user's: scale it by hvd.size() if the global batch grows.
     compression: Compression.none (default) or Compression.fp16.
     Parameters are taken in sorted-name order, so every rank must build the same model."""
 
     def __init__(self, params, optimizer, optimizer_params=None, compression=None,
-                 gradient_predivide_factor=1.0, prefix=None, num_groups=0, **kwargs):
+                 gradient_predivide_factor=1.0, prefix=None, num_groups=0,
+                 process_set=ops.global_process_set, **kwargs):
         if isinstance(optimizer, DistributedOptimizer):
             optimizer = optimizer._optimizer
             warnings.warn("DistributedTrainer does not take DistributedOptimizer as its "
@@ -84,13 +93,16 @@ class DistributedTrainer(mx.gluon.Trainer):
         kwargs.pop("kvstore", None)
         super().__init__(params, optimizer, optimizer_params=optimizer_params, kvstore=None,
                          **kwargs)
-        self._scale *= (gradient_predivide_factor / ops.size())
+        # As Horovod: averaged within process_set; outside it, the rank's own gradients.
+        self._process_set = ops._of(process_set)
+        ops._set_id(self._process_set)
+        self._scale *= (gradient_predivide_factor / self._process_set.size())
         self._gradient_predivide_factor = gradient_predivide_factor
         self._prefix = prefix if prefix else ""
         self._compression = compression if compression is not None else Compression.none
 
     def _allreduce_grads(self):
-        if ops.size() == 1:
+        if self._process_set.size() == 1 or not self._process_set.included():
             return
         grads, names = [], []
         for i, param in enumerate(self._params):
@@ -100,10 +112,11 @@ class DistributedTrainer(mx.gluon.Trainer):
                     names.append("DistributedTrainer.%s%d.%d" % (self._prefix, i, j))
         pre = 1.0 / self._gradient_predivide_factor
         if self._compression is Compression.none:
-            ops.grouped_allreduce_(grads, average=False, names=names, prescale_factor=pre)
+            ops.grouped_allreduce_(grads, average=False, names=names, prescale_factor=pre,
+                                   process_set=self._process_set)
             return
         compressed = [self._compression.compress(g) for g in grads]
         ops.grouped_allreduce_([c for c, _ in compressed], average=False, names=names,
-                               prescale_factor=pre)
+                               prescale_factor=pre, process_set=self._process_set)
         for g, (c, ctx) in zip(grads, compressed):
             self._compression.decompress(c, ctx).copyto(g)

@@ -5,6 +5,9 @@ import torch
 
 from perseus import _native
 from perseus._native import DuplicateNameError, NonFiniteError, PerseusError  # noqa: F401
+from perseus._process_sets import (  # noqa: F401 - the shared process-set API, re-exported
+    ProcessSet, add_process_set, global_process_set, remove_process_set)
+from perseus._process_sets import members as _members, of as _of, set_id as _set_id
 from perseus.torch import _grad, _tensors
 from perseus.torch.compression import Compression
 
@@ -14,55 +17,6 @@ _OPS = {Average: _native.AVERAGE, Sum: _native.SUM, Min: _native.MIN, Max: _nati
         Product: _native.PRODUCT}
 _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
              Product: "Product"}
-
-
-class ProcessSet:
-    """A group of ranks whose operations run among themselves only (libperseus's process sets,
-    which move host memory: CUDA tensors outside the global set go through a CPU copy). Make one with add_process_set(ranks), collectively
-    over every rank; pass it as process_set= to any operation (allreduce, allgather, broadcast,
-    alltoall, reducescatter, their async, in-place and grouped forms, barrier,
-    broadcast_object, allgather_object) and to DistributedOptimizer. global_process_set is
-    every rank. Ranks are the job's ranks (broadcast's root_rank too)."""
-
-    def __init__(self, ranks=None):
-        self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
-        self.process_set_id = None
-
-    def size(self):
-        return _native.size() if self.ranks is None else len(self.ranks)
-
-    def rank(self):
-        """This process's index in the set (-1 when it is not a member)."""
-        if self.ranks is None:
-            return _native.rank()
-        me = _native.rank()
-        return self.ranks.index(me) if me in self.ranks else -1
-
-    def included(self):
-        return self.ranks is None or _native.rank() in self.ranks
-
-    def __repr__(self):
-        if self.process_set_id == 0:
-            return "ProcessSet(global)"
-        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
-
-
-_SET_SIZES = {}  # libperseus set number -> its number of ranks
-global_process_set = ProcessSet()
-global_process_set.process_set_id = _native.GLOBAL_PROCESS_SET
-
-
-def _set_id(process_set):
-    """The libperseus set number of process_set (None: the global set)."""
-    if process_set is None or process_set is global_process_set:
-        return _native.GLOBAL_PROCESS_SET
-    if not isinstance(process_set, ProcessSet):
-        raise TypeError("process_set must be a ProcessSet (from add_process_set), not %r"
-                        % (process_set,))
-    if process_set.process_set_id is None:
-        raise ValueError("%r was not added: call hvd.add_process_set(...) on every rank first"
-                         % (process_set,))
-    return process_set.process_set_id
 
 
 def _staged(tensor, set_id):
@@ -80,46 +34,6 @@ def _back_to(device, result):
     return result.to(device)
 
 
-def add_process_set(process_set):
-    """Makes a process set of the given ranks (a list, or a ProcessSet not yet added) and
-    returns it as a ProcessSet. Collective over EVERY rank: every rank calls it, members or not,
-    with the same ranks and in the same order."""
-    if not isinstance(process_set, ProcessSet):
-        process_set = ProcessSet(process_set)
-    if process_set.ranks is None or process_set is global_process_set:
-        raise ValueError("add_process_set needs the ranks of the set")
-    if process_set.process_set_id is not None:
-        raise ValueError("%r was already added" % (process_set,))
-    if not process_set.ranks:
-        # As Horovod: a set of no ranks may be made (every rank calls this alike, so every rank
-        # numbers it alike, below 0: libperseus makes no set, and no rank is a member of it).
-        global _EMPTY_SETS
-        _EMPTY_SETS -= 1
-        process_set.process_set_id = _EMPTY_SETS
-        _SET_SIZES[process_set.process_set_id] = 0
-        return process_set
-    process_set.process_set_id = _native.add_process_set(process_set.ranks)
-    _SET_SIZES[process_set.process_set_id] = len(process_set.ranks)
-    return process_set
-
-
-_EMPTY_SETS = 0  # the last number given to a set of no ranks (-1, -2, ...)
-
-
-def remove_process_set(process_set):
-    """Removes a process set made by add_process_set, as Horovod does: collective over EVERY
-    rank (a barrier of the job), after which the ProcessSet can no longer be used (it may be
-    added again). Returns True, or False for the global set or a set that is not added.
-    libperseus keeps the set's number until perseus_finalize; nothing else holds on to it."""
-    if not isinstance(process_set, ProcessSet) or process_set is global_process_set or \
-            process_set.process_set_id in (None, _native.GLOBAL_PROCESS_SET):
-        return False
-    _native.barrier()
-    _SET_SIZES.pop(process_set.process_set_id, None)
-    process_set.process_set_id = None
-    return True
-
-
 # ---- the process ---------------------------------------------------------------------------
 
 def init(comm=None, process_sets=None):
@@ -135,24 +49,9 @@ def init(comm=None, process_sets=None):
 
 
 from perseus._process import (  # noqa: F401 - the shared process API, re-exported
-    cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled, is_initialized, local_rank,
-    local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, shutdown, size)
-
-
-def rocm_built():
-    return False
-
-
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
-
-
-def is_homogeneous():
-    return True
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
+    is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
 
 
 def start_timeline(file_path, mark_cycles=False):
@@ -264,7 +163,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     input_nonfinite = check and not _grad.finite(send)
     pre, post = float(prescale_factor), float(postscale_factor)
     # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
-    members = _native.size() if set_id == _native.GLOBAL_PROCESS_SET else _SET_SIZES[set_id]
+    members = _members(set_id)
     op, device_scale, post = _device_scales(send, op, pre, post, members)
     if device_scale:
         if pre != 1.0:
@@ -424,7 +323,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     (named name.indices and name.values), the values divided by the set's size for Average.
     Returns a callable that waits and gives the sum (or average) as a sparse tensor of the
     input's size, uncoalesced (an index sent by several ranks appears once per rank)."""
-    ps = process_set if process_set is not None else global_process_set
+    ps = _of(process_set)
     _set_id(ps)
     op = _resolve_op(op, None)
     if op not in (Average, Sum):
@@ -497,7 +396,7 @@ def _rows_of(counts, row, what):
 
 
 def _allgather_in(tensor, name, process_set, with_counts=False):
-    ps = process_set if process_set is not None else global_process_set
+    ps = _of(process_set)
     return _allgather_async(tensor, name, with_counts, _set_id(ps), ps.size())
 
 
@@ -517,7 +416,7 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         # As Horovod: the average over the ranks of the gradients of the gathered tensor.
-        ps = ctx.process_set if ctx.process_set is not None else global_process_set
+        ps = _of(ctx.process_set)
         reduced = allreduce(grad.contiguous(), op=Average, process_set=ps)
         me = ps.rank()
         start = sum(ctx.rows[:me])
@@ -556,7 +455,7 @@ class _GroupedAllgather(torch.autograd.Function):
     def backward(ctx, *grads):
         # As Horovod: the average over the ranks of each gathered tensor's gradient, this
         # rank's rows of it.
-        ps = ctx.process_set if ctx.process_set is not None else global_process_set
+        ps = _of(ctx.process_set)
         reduced = grouped_allreduce([g.contiguous() for g in grads], op=Average, process_set=ps)
         me = ps.rank()
         out = [r.narrow(0, sum(rows[:me]), rows[me]).reshape(shape)
@@ -648,7 +547,7 @@ def _splits_list(tensor, splits, n):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """synchronize() of the handle gives (output, received_splits). In a process set, splits
     has one entry per member, in rank order."""
-    ps = process_set if process_set is not None else global_process_set
+    ps = _of(process_set)
     set_id = _set_id(ps)
     if _staged(tensor, set_id):
         inner = alltoall_async(tensor.detach().cpu(), splits, name, ps)
@@ -755,7 +654,7 @@ def _reducescatter_async(tensor, name, op, ps, prescale_factor, postscale_factor
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
-    ps = process_set if process_set is not None else global_process_set
+    ps = _of(process_set)
     return _reducescatter_async(tensor, name, _resolve_op(op, None), ps, prescale_factor,
                                 postscale_factor)
 
@@ -788,7 +687,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     share of the rows (the first dimension split evenly, the first ranks getting one more
     row). Differentiable as Horovod's: the gradient is the output gradients gathered, times the
     set's size for op=Sum."""
-    ps = process_set if process_set is not None else global_process_set
+    ps = _of(process_set)
     _set_id(ps)
     op = _resolve_op(op, None)
     compressed, ctx = compression.compress(tensor)
@@ -800,7 +699,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                 prescale_factor=1.0, postscale_factor=1.0):
     """reducescatter of each tensor (named name.0, name.1, ...); synchronize() gives the list
     of outputs. Every tensor is checked before any is submitted."""
-    ps = process_set if process_set is not None else global_process_set
+    ps = _of(process_set)
     _set_id(ps)
     op = _resolve_op(op, None)
     _same_device(tensors, "grouped reducescatter")
@@ -832,7 +731,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """reducescatter of each tensor, as a list, with reducescatter's autograd."""
-    ps = process_set if process_set is not None else global_process_set
+    ps = _of(process_set)
     _set_id(ps)
     op = _resolve_op(op, None)
     return _apply_grouped(_GroupedReducescatter, (name, op, ps, prescale_factor,
@@ -880,7 +779,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's obj (pickled), as a list in rank order."""
-    ps = process_set if process_set is not None else global_process_set
+    ps = _of(process_set)
     set_id = _set_id(ps)
     data = pickle.dumps(obj)
     tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
