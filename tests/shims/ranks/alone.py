@@ -59,6 +59,10 @@ def every_op(check, device, dtypes):
                 out, received = hvd.alltoall(x, splits=[x.shape[0]], name="a2as.%s" % tag)
                 same(check, out, x, "alltoall with splits " + tag)
                 check(received.tolist() == [x.shape[0]], "alltoall received splits " + tag)
+                _, received = hvd.alltoall(x, splits=torch.tensor([x.shape[0]], dtype=torch.int32,
+                                                                  device=x.device))
+                check(received.device == x.device and received.tolist() == [x.shape[0]],
+                      "received splits where the splits tensor is, " + tag)
                 for label, op in [("sum", hvd.Sum), ("avg", hvd.Average)]:
                     same(check, hvd.reducescatter(x, op=op, name="rs.%s.%s" % (tag, label)), x,
                          "reducescatter %s %s" % (label, tag))

@@ -573,7 +573,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         output = torch.empty((sum(rows),) + rest, dtype=send.dtype, device=send.device)
         if sum(counts):
             request.copy_output(output.data_ptr())
-        return output, torch.tensor(rows, dtype=torch.int32)
+        # As Horovod's: received_splits lives where splits did (a tensor), else on the CPU.
+        where = splits.device if torch.is_tensor(splits) else "cpu"
+        return output, torch.tensor(rows, dtype=torch.int32, device=where)
 
     return Handle([request], finish)
 
