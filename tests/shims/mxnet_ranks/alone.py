@@ -58,8 +58,9 @@ def every_op(round_):
             hvd.broadcast_(z, 0, name="bc_." + tag)
             same(z, want, "broadcast_ " + tag)
             same(hvd.alltoall(x, name="a2a." + tag), want, "alltoall " + tag)
-            same(hvd.alltoall(x, splits=[shape[0]], name="a2as." + tag), want,
-                 "alltoall with splits " + tag)
+            out, received = hvd.alltoall(x, splits=[shape[0]], name="a2as." + tag)
+            same(out, want, "alltoall with splits " + tag)
+            same(received, np.array([shape[0]], dtype="int32"), "alltoall received_splits " + tag)
     x = mx.nd.array(data((11,), "float64", 3), dtype="float64")
     got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=6.0)
     check(np.allclose(got.asnumpy(), x.asnumpy() * 3.0), "allreduce prescale 0.5, postscale 6")
