@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include <unistd.h>
 
@@ -109,6 +110,8 @@ EngineSettings read_engine_settings(Lookup lookup) {
       parse_number(lookup, "PERSEUS_STALL_CHECK_SECONDS", s.stall_check.count(), 0, kWeek));
   s.stall_shutdown =
       std::chrono::seconds(parse_number(lookup, "PERSEUS_STALL_SHUTDOWN_SECONDS", 0, 0, kWeek));
+  s.deadlock = std::chrono::seconds(
+      parse_number(lookup, "PERSEUS_DEADLOCK_SECONDS", s.deadlock.count(), 0, kWeek));
   s.shared_memory = parse_number(lookup, "PERSEUS_SHM", 1, 0, 1) == 1;
   s.allreduce_streams =
       static_cast<int>(parse_number(lookup, "PERSEUS_ALLREDUCE_STREAMS", 1, 1, 64));
@@ -591,8 +594,11 @@ void Engine::cycle() {
                     request->submitted);
   }
 
-  const RankMessage mine = negotiator_.outgoing(local, shutdown, join, std::move(cancel_));
+  RankMessage mine = negotiator_.outgoing(local, shutdown, join, std::move(cancel_));
+  mine.deadlock = cancel_deadlock_;
+  mine.waiting = waiting_for_others();
   cancel_.clear();
+  cancel_deadlock_ = false;
   const auto messages = exchange(mine);
   auto agreed = negotiator_.receive(messages, Clock::now());
   if (timeline_.enabled()) {
@@ -602,15 +608,7 @@ void Engine::cycle() {
   }
   if (!agreed.ready.empty() || !mine.empty()) last_work_ = Clock::now();
 
-  for (const Stall &stall : agreed.cancelled) {
-    if (auto request = find(stall.name)) {
-      fail(request, Code::kTimeout,
-           operation_text(stall.name, stall.kind) + ": given up after " +
-               std::to_string(stall.waited.count()) + " s (PERSEUS_STALL_SHUTDOWN_SECONDS=" +
-               std::to_string(settings_.stall_shutdown.count()) + "): ranks " +
-               ranks_text(stall.missing) + " never submitted it");
-    }
-  }
+  fail_cancelled(agreed);
   run(agreed.ready);
   if (agreed.join_done) {
     std::shared_ptr<Request> request;
@@ -994,15 +992,15 @@ void Engine::run_one(const Agreed &agreed) {
 
 // Rank 0 looks every second (kStallScan) and reports an operation once it has waited
 // stall_check, then again every stall_check while it still waits; with stall_shutdown it gives up
-// on it (once) as soon as it has waited that long.
+// on it (once) as soon as it has waited that long. It also looks for a deadlock then.
 void Engine::report_stalls() {
-  if (settings_.stall_check.count() == 0 || job_.rank != 0) return;
+  if (job_.rank != 0) return;
   constexpr auto kStallScan = std::chrono::seconds(1);
   const auto now = Clock::now();
-  if (now - last_stall_scan_ < std::min<Clock::duration>(kStallScan, settings_.stall_check)) {
-    return;
-  }
+  if (now - last_stall_scan_ < kStallScan) return;
   last_stall_scan_ = now;
+  end_deadlock(now);
+  if (settings_.stall_check.count() == 0) return;
   auto after = settings_.stall_check;
   if (settings_.stall_shutdown.count() > 0) after = std::min(after, settings_.stall_shutdown);
   std::map<std::string, StallReport> still;
@@ -1023,13 +1021,95 @@ void Engine::report_stalls() {
                    static_cast<long long>(settings_.stall_check.count()));
     }
     if (settings_.stall_shutdown.count() > 0 && stall.waited >= settings_.stall_shutdown &&
-        !report.cancelled) {
+        !report.cancelled && !cancel_deadlock_) {
       report.cancelled = true;
       cancel_.push_back(stall.name);
     }
     still.emplace(stall.name, report);
   }
   stall_reports_.swap(still);
+}
+
+void Engine::end_deadlock(std::chrono::steady_clock::time_point now) {
+  if (settings_.deadlock.count() == 0 || cancel_deadlock_) return;
+  const auto stuck = negotiator_.deadlocked(now, settings_.deadlock);
+  if (stuck.empty()) return;
+  cancel_.clear();
+  for (const Stall &stall : stuck) cancel_.push_back(stall.name);
+  cancel_deadlock_ = true;
+}
+
+bool Engine::waiting_for_others() {
+  constexpr auto kWaitingScan = std::chrono::milliseconds(100);
+  if (settings_.deadlock.count() == 0 || negotiator_.pending() == 0) return waiting_ = false;
+  const auto now = Clock::now();
+  if (now - last_waiting_scan_ < kWaitingScan) return waiting_;
+  last_waiting_scan_ = now;
+  std::lock_guard lock(mutex_);
+  waiting_ = std::any_of(in_flight_.begin(), in_flight_.end(), [this](const auto &entry) {
+    return entry.second->waited_on() && negotiator_.is_pending(entry.first);
+  });
+  return waiting_;
+}
+
+namespace {
+
+// "<kind>.noname.<n>" (with its process set's suffix): n; nullopt for any other name.
+std::optional<uint64_t> unnamed_number(const std::string &name, OpKind kind, int set) {
+  std::string suffix;
+  if (set != 0) suffix = " [process set " + std::to_string(set) + "]";
+  const std::string prefix = std::string(name_of(kind)) + ".noname.";
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return std::nullopt;
+  }
+  const char *first = name.data() + prefix.size();
+  const char *last = name.data() + name.size() - suffix.size();
+  uint64_t n = 0;
+  const auto [at, ec] = std::from_chars(first, last, n);
+  if (ec != std::errc() || at != last) return std::nullopt;
+  return n;
+}
+
+}  // namespace
+
+void Engine::fail_cancelled(const Negotiator::Cycle &agreed) {
+  if (agreed.cancelled.empty()) return;
+  std::string deadlock;
+  if (agreed.deadlock) {
+    deadlock = "deadlock: every rank waits, and none has submitted anything for " +
+               std::to_string(settings_.deadlock.count()) + " s, for operations that cannot run:";
+    for (const Stall &stall : agreed.cancelled) {
+      deadlock += " " + operation_text(stall.name, stall.kind) + " (submitted by ranks " +
+                  ranks_text(stall.submitted) + ", never by ranks " + ranks_text(stall.missing) +
+                  ");";
+    }
+    deadlock.back() = '.';
+    deadlock +=
+        " Do all ranks submit the same operations, each before it waits? "
+        "(PERSEUS_DEADLOCK_SECONDS=" +
+        std::to_string(settings_.deadlock.count()) + " sets this check, 0 turns it off)";
+    if (job_.rank == 0) std::fprintf(stderr, "perseus: rank 0: %s\n", deadlock.c_str());
+  }
+  for (const Stall &stall : agreed.cancelled) {
+    if (auto request = find(stall.name)) {
+      fail(request, Code::kTimeout,
+           agreed.deadlock
+               ? operation_text(stall.name, stall.kind) + ": " + deadlock
+               : operation_text(stall.name, stall.kind) + ": given up after " +
+                     std::to_string(stall.waited.count()) + " s (PERSEUS_STALL_SHUTDOWN_SECONDS=" +
+                     std::to_string(settings_.stall_shutdown.count()) + "): ranks " +
+                     ranks_text(stall.missing) + " never submitted it");
+    }
+    if (std::find(stall.missing.begin(), stall.missing.end(), job_.rank) == stall.missing.end()) {
+      continue;
+    }
+    if (const auto n = unnamed_number(stall.name, stall.kind, stall.process_set)) {
+      std::lock_guard lock(mutex_);
+      auto &next = unnamed_[{static_cast<int>(stall.kind), stall.process_set}];
+      next = std::max<uint64_t>(next, *n + 1);
+    }
+  }
 }
 
 }  // namespace perseus::comm

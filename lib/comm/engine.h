@@ -49,6 +49,11 @@ struct EngineSettings {
   // PERSEUS_STALL_SHUTDOWN_SECONDS (0: never): such an operation then fails on the ranks
   // that submitted it.
   std::chrono::seconds stall_shutdown{0};
+  // PERSEUS_DEADLOCK_SECONDS (0: off): when every rank is blocked waiting for operations that
+  // some rank never submitted (rank 0 in a barrier, rank 1 in an all-reduce), and no rank has
+  // submitted anything for this long, every one of those operations fails on every rank,
+  // naming who waits for what, instead of the job hanging.
+  std::chrono::seconds deadlock{10};
   std::string timeline;  // PERSEUS_TIMELINE: a file name; rank 0 writes it
   // PERSEUS_SHM (1; 0 turns it off): host all-reduces through shared memory when every rank is
   // on one host.
@@ -146,6 +151,14 @@ class Engine {
   void succeed(const std::shared_ptr<Request> &request);
   void fail(const std::shared_ptr<Request> &request, Code code, const std::string &message);
   void report_stalls();
+  // Rank 0: cancels (next cycle) everything pending when the job is deadlocked.
+  void end_deadlock(std::chrono::steady_clock::time_point now);
+  // Whether a thread of this process waits for a request still in negotiation (checked at most
+  // every kWaitingScan, the last answer otherwise).
+  bool waiting_for_others();
+  // Fails the requests rank 0 cancelled; a rank that never submitted an unnamed one skips its
+  // number, so that the ranks' next unnamed operations of that kind match again.
+  void fail_cancelled(const Negotiator::Cycle &agreed);
   nccl::DeviceExecutor &device(int ordinal);
   // Where every rank is, and whether rank 0 asks for hierarchical all-reduces: one allgather,
   // when the first device operation makes the communicators.
@@ -203,6 +216,9 @@ class Engine {
   // The thread's own.
   std::vector<uint8_t> fusion_;
   std::vector<std::string> cancel_;  // rank 0: names to give up on, sent next cycle
+  bool cancel_deadlock_ = false;     // rank 0: cancel_ ends a deadlock
+  bool waiting_ = false;             // waiting_for_others()'s last answer
+  std::chrono::steady_clock::time_point last_waiting_scan_;
   std::chrono::steady_clock::time_point last_stall_scan_;
   struct StallReport {
     std::chrono::steady_clock::time_point last;  // when it was last reported

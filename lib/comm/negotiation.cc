@@ -12,6 +12,8 @@ namespace {
 
 constexpr uint8_t kShutdownFlag = 1;
 constexpr uint8_t kJoinFlag = 2;
+constexpr uint8_t kWaitingFlag = 4;
+constexpr uint8_t kDeadlockFlag = 8;
 
 class Writer {
  public:
@@ -298,8 +300,9 @@ std::vector<Field> fields_for(OpKind kind) {
 
 std::string encode(const RankMessage &message) {
   Writer w;
-  w.put<uint8_t>(static_cast<uint8_t>((message.shutdown ? kShutdownFlag : 0) |
-                                      (message.join ? kJoinFlag : 0)));
+  w.put<uint8_t>(static_cast<uint8_t>(
+      (message.shutdown ? kShutdownFlag : 0) | (message.join ? kJoinFlag : 0) |
+      (message.waiting ? kWaitingFlag : 0) | (message.deadlock ? kDeadlockFlag : 0)));
   w.put<uint32_t>(static_cast<uint32_t>(message.cached.size()));
   for (uint32_t n : message.cached) w.put<uint32_t>(n);
   w.put<uint32_t>(static_cast<uint32_t>(message.fresh.size()));
@@ -313,9 +316,13 @@ RankMessage decode(std::string_view bytes, int from, int ranks) {
   Reader r(bytes, from);
   RankMessage m;
   const auto flags = r.get<uint8_t>("flags");
-  if (flags & ~(kShutdownFlag | kJoinFlag)) r.bad("unknown flags " + std::to_string(flags));
+  if (flags & ~(kShutdownFlag | kJoinFlag | kWaitingFlag | kDeadlockFlag)) {
+    r.bad("unknown flags " + std::to_string(flags));
+  }
   m.shutdown = flags & kShutdownFlag;
   m.join = flags & kJoinFlag;
+  m.waiting = flags & kWaitingFlag;
+  m.deadlock = flags & kDeadlockFlag;
   const size_t cached = r.length("number of cached operations", kMaxEntries);
   m.cached.reserve(cached);
   for (size_t i = 0; i < cached; ++i) m.cached.push_back(r.get<uint32_t>("cached number"));
@@ -328,7 +335,10 @@ RankMessage decode(std::string_view bytes, int from, int ranks) {
 }
 
 Negotiator::Negotiator(int rank, int size)
-    : rank_(rank), size_(size), joined_(static_cast<size_t>(size), false) {
+    : rank_(rank),
+      size_(size),
+      joined_(static_cast<size_t>(size), false),
+      waiting_(static_cast<size_t>(size), false) {
   std::vector<int> everyone(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) everyone[static_cast<size_t>(r)] = r;
   sets_.push_back(std::move(everyone));
@@ -487,6 +497,7 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
                                       std::chrono::steady_clock::time_point now) {
   Cycle cycle;
   bool all_shutdown = true;
+  bool active = false;
   for (size_t r = 0; r < messages.size(); ++r) {
     const RankMessage &m = messages[r];
     const int rank = static_cast<int>(r);
@@ -502,11 +513,14 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
       announce(rank, cache_[n][r], cycle, now);
     }
     for (const auto &d : m.fresh) announce(rank, d, cycle, now);
+    waiting_[r] = m.waiting;
+    if (!m.cached.empty() || !m.fresh.empty() || m.join || !m.cancel.empty()) active = true;
     if (m.join && !joined_[r]) {
       joined_[r] = true;
       last_joined_ = rank;  // within one cycle, the highest rank counts as last
     }
     if (rank == 0) {
+      cycle.deadlock = m.deadlock && !m.cancel.empty();
       for (const auto &name : m.cancel) {
         const auto it = pending_.find(name);
         if (it == pending_.end()) continue;
@@ -578,6 +592,9 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
     joined_.assign(joined_.size(), false);
     last_joined_ = -1;
   }
+  if (active || !cycle.ready.empty() || last_activity_ == std::chrono::steady_clock::time_point{}) {
+    last_activity_ = now;
+  }
   return cycle;
 }
 
@@ -594,6 +611,7 @@ Stall Negotiator::describe(const std::pair<const std::string, Pending> &entry,
     if (p.per_rank[r]) {
       stall.submitted.push_back(static_cast<int>(r));
       stall.kind = p.per_rank[r]->kind;
+      stall.process_set = p.per_rank[r]->process_set;
     } else if (member[r] && !joined_[r]) {
       stall.missing.push_back(static_cast<int>(r));
     }
@@ -607,6 +625,17 @@ std::vector<Stall> Negotiator::stalls(std::chrono::steady_clock::time_point now,
   for (const auto &entry : pending_) {
     if (now - entry.second.first_seen >= after) found.push_back(describe(entry, now));
   }
+  return found;
+}
+
+std::vector<Stall> Negotiator::deadlocked(std::chrono::steady_clock::time_point now,
+                                          std::chrono::seconds after) const {
+  if (pending_.empty() || now - last_activity_ < after) return {};
+  for (size_t r = 0; r < waiting_.size(); ++r) {
+    if (!joined_[r] && !waiting_[r]) return {};
+  }
+  std::vector<Stall> found;
+  for (const auto &entry : pending_) found.push_back(describe(entry, now));
   return found;
 }
 

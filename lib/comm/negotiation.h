@@ -31,7 +31,11 @@ struct RankMessage {
   bool join = false;                // this rank called perseus_join (sent once)
   std::vector<uint32_t> cached;     // numbers of agreed descriptors submitted again
   std::vector<Descriptor> fresh;    // descriptors sent in full
-  std::vector<std::string> cancel;  // rank 0 only: names given up on (stall shutdown)
+  std::vector<std::string> cancel;  // rank 0 only: names given up on (stall shutdown, deadlock)
+  bool deadlock = false;            // rank 0 only: `cancel` ends a deadlock (every rank waits)
+  // State, sent every cycle: a thread of this rank is blocked waiting for an operation that is
+  // not agreed yet (on the rank's pending list). Not work: empty() ignores it.
+  bool waiting = false;
 
   bool empty() const {
     return !shutdown && !join && cached.empty() && fresh.empty() && cancel.empty();
@@ -71,6 +75,7 @@ struct Stall {
   std::vector<int> submitted;  // ranks that have submitted it
   std::vector<int> missing;    // ranks that have not
   std::chrono::seconds waited;
+  int process_set = 0;
 };
 
 class Negotiator {
@@ -85,6 +90,7 @@ class Negotiator {
   struct Cycle {
     std::vector<Agreed> ready;     // in the order to run them, the same on every rank
     std::vector<Stall> cancelled;  // what rank 0 gave up on; fail them here
+    bool deadlock = false;         // ... because every rank waited for one of them
     bool all_shutdown = false;     // every rank has called perseus_finalize
     // The ranks that said shutdown this cycle, in increasing order. When some but not all did,
     // the job is over for every rank (as in Horovod): what this cycle made ready still runs,
@@ -103,7 +109,15 @@ class Negotiator {
   std::vector<Stall> stalls(std::chrono::steady_clock::time_point now,
                             std::chrono::seconds after) const;
 
+  // Every rank that has not joined is waiting (RankMessage::waiting) for operations that cannot
+  // run, and no rank has submitted anything nor has anything been agreed for `after`: then no
+  // operation pending can ever become ready (unless a thread that does not wait submits one
+  // later), and these are all of them. Empty otherwise.
+  std::vector<Stall> deadlocked(std::chrono::steady_clock::time_point now,
+                                std::chrono::seconds after) const;
+
   size_t pending() const { return pending_.size(); }
+  bool is_pending(const std::string &name) const { return pending_.count(name) != 0; }
   // The ranks of a process set (0: every rank), in increasing order; the set must exist.
   const std::vector<int> &members(int set) const;
   size_t process_sets() const { return sets_.size(); }
@@ -134,6 +148,10 @@ class Negotiator {
   std::vector<std::vector<Descriptor>> cache_;
   std::map<std::string, uint32_t> cached_by_name_;  // the newest number of each name
   std::vector<bool> joined_;
+  std::vector<bool> waiting_;  // each rank's RankMessage::waiting of the last cycle
+  // The last cycle in which a rank submitted or joined, rank 0 cancelled, or something became
+  // ready (the first cycle's time until then).
+  std::chrono::steady_clock::time_point last_activity_{};
   std::vector<std::vector<int>> sets_;  // process sets by number; 0 is every rank
   int last_joined_ = -1;
 };

@@ -5,6 +5,24 @@
 
 namespace perseus::comm {
 
+namespace {
+
+// Counts a thread in Request::waiters_ while it waits.
+class Waiting {
+ public:
+  explicit Waiting(std::atomic<int> &count) : count_(count) {
+    count_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  ~Waiting() { count_.fetch_sub(1, std::memory_order_acq_rel); }
+  Waiting(const Waiting &) = delete;
+  Waiting &operator=(const Waiting &) = delete;
+
+ private:
+  std::atomic<int> &count_;
+};
+
+}  // namespace
+
 const char *name_of(OpKind kind) {
   static constexpr std::array<const char *, kOpKinds> kNames = {
       "allreduce",     "broadcast", "allgatherv", "alltoall",
@@ -50,6 +68,7 @@ void Request::wait() const {
   const auto spin =
       what.device >= 0 ? std::chrono::microseconds(1000) : std::chrono::microseconds(30);
   const auto until = std::chrono::steady_clock::now() + spin;
+  const Waiting waiting(waiters_);
   while (!finished_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
     std::this_thread::yield();
   }
@@ -59,6 +78,7 @@ void Request::wait() const {
 }
 
 void Request::wait_quietly() const noexcept {
+  const Waiting waiting(waiters_);
   std::unique_lock lock(mutex_);
   done_changed_.wait(lock, [this] { return done_; });
 }

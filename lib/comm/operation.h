@@ -83,12 +83,15 @@ struct Request {
   void wait() const;
   // Blocks until done, ignoring the result (before the request's memory is freed).
   void wait_quietly() const noexcept;
+  // Whether a thread is blocked in wait() or wait_quietly() now (for deadlock detection).
+  bool waited_on() const { return waiters_.load(std::memory_order_acquire) > 0; }
 
  private:
   mutable std::mutex mutex_;
   mutable std::condition_variable done_changed_;
   bool done_ = false;
   std::atomic<bool> finished_{false};  // done_, readable without the lock
+  mutable std::atomic<int> waiters_{0};
   Code code_ = Code::kInternal;
   std::string message_;
 };

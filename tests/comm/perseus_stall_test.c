@@ -3,7 +3,12 @@
  * argv[1] seconds (default 7). Run with PERSEUS_STALL_CHECK_SECONDS=2 and
  * PERSEUS_STALL_SHUTDOWN_SECONDS=4: rank 0 must warn on stderr naming 'lonely' and rank 1, and
  * the submitters' wait must return PERSEUS_ERROR_TIMEOUT naming it. Afterwards every rank runs
- * one more allreduce ('after'), which must work, and finalizes.
+ * one more allreduce ('after'), which must work, then a barrier, and finalizes.
+ *
+ * With argv[2] "deadlock", rank 1 waits in a barrier instead of sleeping, which the others never
+ * enter: a deadlock, which PERSEUS_DEADLOCK_SECONDS ends by failing both 'lonely' and rank 1's
+ * barrier ("rank 1: barrier returned RC: MESSAGE"). The barrier after 'after' then checks that
+ * the ranks' unnamed barriers match again.
  *
  * Prints "rank R: lonely: wait returned RC: MESSAGE" on the submitters and "rank R: after: ok".
  * C99 + POSIX nanosleep; only perseus.h from Perseus. */
@@ -11,6 +16,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "perseus/perseus.h"
@@ -25,7 +31,11 @@ int main(int argc, char **argv) {
   }
   rank = perseus_rank();
   size = perseus_size();
-  if (rank == 1) {
+  if (rank == 1 && argc > 2 && strcmp(argv[2], "deadlock") == 0) {
+    rc = perseus_barrier();
+    printf("rank %d: barrier returned %d: %s\n", rank, rc, rc ? perseus_last_error() : "");
+    fflush(stdout);
+  } else if (rank == 1) {
     struct timespec pause;
     pause.tv_sec = argc > 1 ? atoi(argv[1]) : 7;
     pause.tv_nsec = 0;
@@ -55,6 +65,11 @@ int main(int argc, char **argv) {
     }
   }
   printf("rank %d: after: ok\n", rank);
+  rc = perseus_barrier();
+  if (rc != PERSEUS_SUCCESS) {
+    fprintf(stderr, "rank %d: barrier after: %d: %s\n", rank, rc, perseus_last_error());
+    return 1;
+  }
   rc = perseus_finalize();
   if (rc != PERSEUS_SUCCESS) {
     fprintf(stderr, "rank %d: finalize: %d: %s\n", rank, rc, perseus_last_error());

@@ -61,8 +61,10 @@ def test_count_zero_with_null_buffers_fused_with_others():
 
 
 def test_stall_is_named_and_given_up():
-    # Rank 1 never submits 'lonely' (it sleeps 7 s); ranks 0 and 2 do and wait.
-    env = clean_env(PERSEUS_STALL_CHECK_SECONDS="2", PERSEUS_STALL_SHUTDOWN_SECONDS="4")
+    # Rank 1 never submits 'lonely' (it sleeps 7 s); ranks 0 and 2 do and wait. Rank 1 does
+    # not wait for anything, so this is no deadlock, even with the shortest deadlock check.
+    env = clean_env(PERSEUS_STALL_CHECK_SECONDS="2", PERSEUS_STALL_SHUTDOWN_SECONDS="4",
+                    PERSEUS_DEADLOCK_SECONDS="1")
     proc, elapsed = run(["-np", "3", "-H", "localhost:3", STALL, "7"], env=env, timeout=120)
     assert proc.returncode == 0, show(proc)
     warnings = [l for l in tagged(proc.stderr, 0, "stderr") if "stall" in l]
@@ -96,6 +98,31 @@ def test_stall_reports_come_on_time():
     for rank in (0, 2):
         lines = [l for l in tagged(proc.stdout, rank) if "lonely: wait returned -5:" in l]
         assert len(lines) == 1 and re.search(r"given up after [789] s", lines[0]), show(proc)
+
+
+@pytest.mark.parametrize("check", [None, "2"])
+def test_a_deadlock_fails_on_every_rank_naming_both_sides(check):
+    # Ranks 0 and 2 wait for 'lonely', rank 1 in a barrier the others never enter: without a
+    # check this hangs for ever (as it does in Horovod). Every rank waits and nothing is
+    # submitted, so after PERSEUS_DEADLOCK_SECONDS (10 by default) both fail on every rank,
+    # saying who submitted what, and the job goes on (unnamed barriers match again).
+    env = clean_env(PERSEUS_DEADLOCK_SECONDS=check) if check else clean_env()
+    started = time.monotonic()
+    proc, _ = run(["-np", "3", "-H", "localhost:3", STALL, "0", "deadlock"], env=env, timeout=120)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, show(proc)
+    expected = [r"barrier 'barrier\.noname\.0' \(submitted by ranks 1, never by ranks 0, 2\)",
+                r"allreduce 'lonely' \(submitted by ranks 0, 2, never by ranks 1\)"]
+    for rank in range(3):
+        what = "barrier" if rank == 1 else "lonely: wait"
+        lines = [l for l in tagged(proc.stdout, rank) if what + " returned" in l]
+        assert len(lines) == 1, show(proc)
+        assert "returned -5:" in lines[0] and "deadlock: every rank waits" in lines[0], show(proc)
+        for pattern in expected:
+            assert re.search(pattern, lines[0]), show(proc)
+        assert "rank %d: after: ok" % rank in tagged(proc.stdout, rank), show(proc)
+    assert any("deadlock" in l for l in tagged(proc.stderr, 0, "stderr")), show(proc)
+    assert elapsed < (40 if check is None else 25), show(proc)
 
 
 def test_mismatched_counts_fail_everywhere_and_the_job_goes_on():

@@ -190,8 +190,9 @@ def test_missing_library_is_a_clear_error():
 def test_horovod_conformance(n):
     # Shapes that differ between ranks are refused everywhere and the job goes on; a name in
     # flight raises ValueError at once; join with allgather/broadcast; averaged gradients of
-    # allgather and broadcast; int16.
-    expect_all_passed(run_ranks(n, "conformance.py"), n, "conformance")
+    # allgather and broadcast; int16; a deadlock ended on every rank.
+    expect_all_passed(run_ranks(n, "conformance.py", env=clean_env(PERSEUS_DEADLOCK_SECONDS="2")),
+                      n, "conformance")
 
 
 def test_duplicate_parameter_names_are_named_with_the_fix():

@@ -152,13 +152,15 @@ TEST_CASE("negotiation: encode/decode round trip") {
   CHECK(decode(encode(RankMessage{}), 2, 3) == RankMessage{});
   CHECK(RankMessage{}.empty());
   CHECK_FALSE(m.empty());
-  for (const bool shutdown : {false, true}) {
-    for (const bool join : {false, true}) {
-      RankMessage flags;
-      flags.shutdown = shutdown;
-      flags.join = join;
-      CHECK(decode(encode(flags), 0, 1) == flags);
-    }
+  for (int bits = 0; bits < 16; ++bits) {
+    RankMessage flags;
+    flags.shutdown = bits & 1;
+    flags.join = bits & 2;
+    flags.waiting = bits & 4;
+    flags.deadlock = bits & 8;
+    CHECK(decode(encode(flags), 0, 1) == flags);
+    // Waiting is a state, not work; deadlock only qualifies a cancel.
+    CHECK(flags.empty() == ((bits & 3) == 0));
   }
 }
 
@@ -178,7 +180,7 @@ TEST_CASE("negotiation: decode refuses every truncation and any extension") {
 
 TEST_CASE("negotiation: decode refuses unknown flags, kinds, dtypes and ops") {
   std::string flags = encode(RankMessage{});
-  for (const int f : {4, 8, 128, 255}) {
+  for (const int f : {16, 32, 128, 255}) {
     flags[0] = static_cast<char>(f);
     CHECK(contains(refusal(flags), "unknown flags " + std::to_string(f)));
   }
@@ -701,6 +703,82 @@ TEST_CASE("negotiator: stalls name the missing ranks; rank 0's cancel removes th
   cycle = ranks.cycle(p);
   CHECK(cycle.ready.empty());
   CHECK(ranks.negotiators[0].pending() == 1);
+}
+
+// Ranks 0 and 2 wait for 'lonely', rank 1 in a barrier: each rank's messages say `waiting`.
+std::vector<RankMessage> waiting_messages(Ranks &ranks, const Ranks::Plan &p,
+                                          std::vector<bool> waiting) {
+  auto m = ranks.messages(p);
+  for (size_t r = 0; r < m.size(); ++r) m[r].waiting = waiting[r];
+  return m;
+}
+
+TEST_CASE("negotiator: a deadlock is every rank waiting with nothing new for the whole time") {
+  using std::chrono::seconds;
+  Ranks ranks(3);
+  const auto t0 = Clock::now();
+  auto p = ranks.plan();
+  Descriptor barrier;
+  barrier.kind = OpKind::kBarrier;
+  barrier.name = "barrier.noname.0";
+  p.local[0] = {allreduce("lonely")};
+  p.local[1] = {barrier};
+  p.local[2] = {allreduce("lonely")};
+  ranks.deliver(waiting_messages(ranks, p, {false, false, false}), t0);
+  const auto idle = ranks.plan();
+  // Every rank waits from the next cycle on: a deadlock once 10 s have passed since the
+  // submissions, not before.
+  ranks.deliver(waiting_messages(ranks, idle, {true, true, true}), t0 + seconds(1));
+  for (const auto &n : ranks.negotiators) {
+    CHECK(n.deadlocked(t0 + seconds(9), seconds(10)).empty());
+    const auto stuck = n.deadlocked(t0 + seconds(10), seconds(10));
+    REQUIRE(stuck.size() == 2);
+    CHECK(stuck[0].name == "barrier.noname.0");
+    CHECK(stuck[0].kind == OpKind::kBarrier);
+    CHECK(stuck[0].submitted == std::vector<int>{1});
+    CHECK(stuck[0].missing == std::vector<int>{0, 2});
+    CHECK(stuck[1].name == "lonely");
+    CHECK(stuck[1].missing == std::vector<int>{1});
+  }
+  // One rank that does not wait (it computes, and may submit later): no deadlock.
+  ranks.deliver(waiting_messages(ranks, idle, {true, false, true}), t0 + seconds(11));
+  CHECK(ranks.negotiators[0].deadlocked(t0 + seconds(60), seconds(10)).empty());
+  // Something new submitted (and agreed) restarts the clock.
+  p = ranks.plan();
+  for (auto &local : p.local) local = {allreduce("meanwhile")};
+  auto cycle = ranks.deliver(waiting_messages(ranks, p, {true, true, true}), t0 + seconds(20));
+  CHECK(names_of(cycle.ready) == std::vector<std::string>{"meanwhile"});
+  CHECK(ranks.negotiators[0].deadlocked(t0 + seconds(29), seconds(10)).empty());
+  CHECK(ranks.negotiators[0].deadlocked(t0 + seconds(30), seconds(10)).size() == 2);
+
+  // Rank 0 cancels them as a deadlock: every rank learns both, and that it was one.
+  p = ranks.plan();
+  p.cancel = {"barrier.noname.0", "lonely"};
+  auto m = waiting_messages(ranks, p, {true, true, true});
+  m[0].deadlock = true;
+  cycle = ranks.deliver(m, t0 + seconds(31));
+  CHECK(cycle.deadlock);
+  REQUIRE(cycle.cancelled.size() == 2);
+  CHECK(cycle.cancelled[0].kind == OpKind::kBarrier);
+  CHECK(ranks.negotiators[1].pending() == 0);
+  CHECK(ranks.negotiators[1].deadlocked(t0 + seconds(100), seconds(1)).empty());
+}
+
+TEST_CASE("negotiator: a joined rank counts as waiting for a deadlock") {
+  using std::chrono::seconds;
+  Ranks ranks(3);
+  const auto t0 = Clock::now();
+  auto p = ranks.plan();
+  p.join[2] = true;
+  p.local[0] = {allreduce("x")};  // all-reduces run with a joined rank: they wait for 0 and 1
+  p.local[1] = {allreduce("y")};
+  ranks.deliver(waiting_messages(ranks, p, {false, false, false}), t0);
+  const auto idle = ranks.plan();
+  ranks.deliver(waiting_messages(ranks, idle, {true, true, false}), t0 + seconds(1));
+  const auto stuck = ranks.negotiators[0].deadlocked(t0 + seconds(10), seconds(5));
+  REQUIRE(stuck.size() == 2);
+  CHECK(stuck[0].missing == std::vector<int>{1});
+  CHECK(stuck[1].missing == std::vector<int>{0});
 }
 
 TEST_CASE("negotiator: all_shutdown only when every rank said shutdown") {

@@ -2,7 +2,8 @@
 the peers send, every rank raises an error naming both shapes and the next operation works; a
 name still in flight raises ValueError at once; join with a pending allgather or broadcast
 raises on the others and returns the last rank to join; gradients of allgather and broadcast
-are averaged; int16 travels."""
+are averaged; int16 travels; a deadlock (rank 0 in a barrier, the others in an allreduce)
+raises on every rank, naming both, and the job goes on (run with PERSEUS_DEADLOCK_SECONDS=2)."""
 import os
 import sys
 
@@ -158,6 +159,25 @@ def int16(check):
     check(torch.equal(m, t - 1000 * me + 1000 * (n - 1)), "int16 max")
 
 
+def deadlock(check):
+    # What Horovod's test_torch.py does when one rank's assertion fails: its tearDown calls
+    # barrier() while the others are already in the next collective. Horovod hangs there.
+    n, me = hvd.size(), hvd.rank()
+    if me == 0:
+        fn, what = hvd.barrier, "barrier while the others allreduce"
+    else:
+        fn, what = (lambda: hvd.allreduce(torch.ones(5), op=hvd.Sum)), "allreduce while rank 0 " \
+            "is in a barrier"
+    check.raises(hvd.PerseusError, fn, what,
+                 contains=["deadlock", "barrier 'barrier.noname.", "never by ranks 0)",
+                           "allreduce 'allreduce.noname."])
+    next_works(check, "after a deadlock")
+    # The unnamed operations' numbers match again: the barrier and the allreduce run.
+    hvd.barrier()
+    total = hvd.allreduce(torch.ones(2), op=hvd.Sum)
+    check(total.tolist() == [float(n)] * 2, "unnamed allreduce after a deadlock: %s" % total)
+
+
 def main():
     check = Checks("conformance")
     hvd.init()
@@ -165,6 +185,7 @@ def main():
     duplicate_names(check)
     join(check)
     gradients(check)
+    deadlock(check)
     if os.environ.get("CONFORMANCE_INT16", "1") == "1":
         int16(check)
     check.finish()
