@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """Images/s of plain DDP with and without `import perseus`, and of the Horovod-style benchmark
-through perseus.torch, one rank under perseusrun (issue 7: overhead of Perseus for one GPU,
-goal < 1%).
+through perseus.torch against the same script without communication, one rank under perseusrun
+(issues 7 and 17: Perseus's cost on one GPU; goals >= 0.99x plain DDP, >= 0.98x no
+communication).
 
-    python3 bench/ddp_throughput.py [--json FILE]          # on the GPU machine: resnet50
-    python3 bench/ddp_throughput.py --smoke                # CPU, tiny model, a few steps
+    python3 bench/ddp_throughput.py [--fp16] [--json FILE]   # on the GPU machine: resnet50
+    python3 bench/ddp_throughput.py --smoke                  # CPU, tiny model, a few steps
 
 Runs, alternating, `perseusrun -np 1 python3 examples/pytorch_ddp_benchmark.py` with
 PERSEUS_DDP=0 (torch.distributed's all-reduce: plain DDP) and PERSEUS_DDP=1 (the gradient
-buckets through libperseus), --repeats times each, then examples/pytorch_synthetic_benchmark.py
-(DistributedOptimizer) as often. Each run prints its mean images/s; the table gives the median
-over the repeats and the overhead of Perseus against plain DDP ((plain - perseus) / plain).
-Every run is checked to have used the path it was meant to (the example's "all-reduce through"
+buckets through libperseus; with --fp16 also PERSEUS_ALLREDUCE_DTYPE=fp16), then
+examples/pytorch_synthetic_benchmark.py with --no-communication (the plain optimizer: Horovod's
+calls as no-ops) and with DistributedOptimizer (with --fp16 also Compression.fp16), --repeats
+times each. Each run prints its mean images/s; the table gives the median over the repeats and
+the ratio to its baseline (plain DDP for the DDP runs, no communication for the others). Every
+DDP run is checked to have used the path it was meant to (the example's "all-reduce through"
 line).
 """
 import argparse
@@ -48,6 +51,8 @@ def main():
     parser.add_argument("--num-batches-per-iter", type=int, default=10)
     parser.add_argument("--num-iters", type=int, default=10)
     parser.add_argument("--no-synthetic", action="store_true")
+    parser.add_argument("--fp16", action="store_true",
+                        help="also PERSEUS_ALLREDUCE_DTYPE=fp16 DDP and Compression.fp16")
     parser.add_argument("--smoke", action="store_true",
                         help="CPU, tiny model, 32x32 images, few steps: checks the script")
     parser.add_argument("--timeout", type=float, default=300)
@@ -81,13 +86,26 @@ def main():
         env["CUDA_VISIBLE_DEVICES"] = ""
     launcher = [args.perseusrun, "-np", "1", "-H", "localhost:1", "-x", "NCCL_NVLS_ENABLE"]
 
-    configs = [("ddp", "plain DDP (PERSEUS_DDP=0)", "0", "torch.distributed",
-                "examples/pytorch_ddp_benchmark.py"),
-               ("perseus", "DDP + import perseus", "1", "Perseus",
-                "examples/pytorch_ddp_benchmark.py")]
+    # key, label, environment, the path the run must report (None: not checked), script and
+    # its extra arguments, the key of the run it is compared with.
+    ddp_script = "examples/pytorch_ddp_benchmark.py"
+    synthetic = "examples/pytorch_synthetic_benchmark.py"
+    configs = [("ddp", "plain DDP (PERSEUS_DDP=0)", {"PERSEUS_DDP": "0"}, "torch.distributed",
+                ddp_script, [], None),
+               ("perseus", "DDP + import perseus", {"PERSEUS_DDP": "1"}, "Perseus", ddp_script,
+                [], "ddp")]
+    if args.fp16:
+        configs.append(("perseus_fp16", "DDP + import perseus, PERSEUS_ALLREDUCE_DTYPE=fp16",
+                        {"PERSEUS_DDP": "1", "PERSEUS_ALLREDUCE_DTYPE": "fp16"}, "Perseus",
+                        ddp_script, [], "ddp"))
     if not args.no_synthetic:
-        configs.append(("horovod", "perseus.torch DistributedOptimizer", "1", None,
-                        "examples/pytorch_synthetic_benchmark.py"))
+        configs.append(("nocomm", "no communication (hvd calls as no-ops)", {}, None, synthetic,
+                        ["--no-communication"], None))
+        configs.append(("horovod", "perseus.torch DistributedOptimizer", {}, None, synthetic, [],
+                        "nocomm"))
+        if args.fp16:
+            configs.append(("horovod_fp16", "DistributedOptimizer, Compression.fp16", {}, None,
+                            synthetic, ["--fp16-allreduce"], "nocomm"))
     results = {key: [] for key, *_ in configs}
     failures = []
     print("# model %s, batch %s, image %s, %d warm-up, %d x %d timed batches, %d repeats"
@@ -95,10 +113,13 @@ def main():
              args.num_warmup_batches, args.num_iters, args.num_batches_per_iter, args.repeats),
           flush=True)
     for repeat in range(args.repeats):
-        for key, label, ddp, through, script in configs:
-            run_env = dict(env, PERSEUS_DDP=ddp)
-            cmd = launcher + ["-x", "PERSEUS_DDP", args.python, os.path.join(ROOT, script)] + \
-                common
+        for key, label, extra_env, through, script, extra, _ in configs:
+            run_env = dict(env, **extra_env)
+            run_env.setdefault("PERSEUS_DDP", "1")
+            forward = []
+            for name in sorted(set(extra_env) | {"PERSEUS_DDP"}):
+                forward += ["-x", name]
+            cmd = launcher + forward + [args.python, os.path.join(ROOT, script)] + common + extra
             proc, took = run(cmd, run_env, args.timeout)
             m = RATE.search(proc.stdout)
             t = THROUGH.search(proc.stdout)
@@ -118,22 +139,24 @@ def main():
 
     summary = {}
     print()
-    print("| run | median img/s | runs (img/s) | vs plain DDP |")
+    print("| run | median img/s | runs (img/s) | against |")
     print("|---|---|---|---|")
-    plain = statistics.median(results["ddp"]) if results["ddp"] else None
-    for key, label, *_ in configs:
+    labels = {key: label for key, label, *_ in configs}
+    for key, label, _, _, _, _, base in configs:
         values = results[key]
         if not values:
             print("| %s | failed | | |" % label)
             continue
         med = statistics.median(values)
-        overhead = (plain - med) / plain * 100 if plain else None
-        summary[key] = {"label": label, "median": med, "runs": values,
-                        "overhead_pct": overhead}
+        against = statistics.median(results[base]) if base and results.get(base) else None
+        ratio = med / against if against else None
+        summary[key] = {"label": label, "median": med, "runs": values, "against": base,
+                        "ratio": ratio,
+                        "overhead_pct": (1 - ratio) * 100 if ratio is not None else None}
         print("| %s | %.1f | %s | %s |" % (
             label, med, ", ".join("%.1f" % v for v in values),
-            "-" if key == "ddp" or overhead is None else "%+.2f%% overhead" % overhead))
-    if "perseus" in summary and plain:
+            "-" if ratio is None else "%.3fx %s" % (ratio, labels[base])))
+    if "perseus" in summary and summary["perseus"]["ratio"] is not None:
         o = summary["perseus"]["overhead_pct"]
         print("\nOverhead of `import perseus` against plain DDP: %.2f%% (goal < 1%%: %s)"
               % (o, "met" if o < 1.0 else "NOT met"))

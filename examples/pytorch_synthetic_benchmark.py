@@ -28,6 +28,9 @@ def main():
     parser.add_argument("--num-iters", type=int, default=5)
     parser.add_argument("--fp16-allreduce", action="store_true")
     parser.add_argument("--no-cuda", action="store_true")
+    parser.add_argument("--no-communication", action="store_true",
+                        help="the baseline: the same steps with the plain optimizer and no "
+                             "broadcasts (Horovod's calls as no-ops)")
     args = parser.parse_args()
 
     hvd.init()
@@ -44,10 +47,12 @@ def main():
     model = make_model(args.model).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    if not args.no_communication:
+        optimizer = hvd.DistributedOptimizer(optimizer,
+                                             named_parameters=model.named_parameters(),
+                                             compression=compression)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     data = torch.randn(batch, 3, size, size, device=device)
     target = torch.randint(0, 1000, (batch,), device=device)

@@ -193,7 +193,8 @@ class _Completer:
 
     @staticmethod
     def _finish(request, tensor, sent, check):
-        request.wait()
+        if request is not None:
+            request.wait()
         if check is not None:
             from perseus.torch import _grad
             if not _grad.finite(sent):
@@ -251,6 +252,8 @@ def _allreduce_hook(state, bucket):
     check = None
     if _grad.nancheck():
         check = (not _grad.finite(sent), _bucket_label(state, bucket, index))
+    if state.size == 1:
+        return _alone(tensor, sent, check, wire)
     ptr, count, dtype, device, stream = _tensors.describe(sent, "DDP gradient bucket " + name)
     request = _native.allreduce_async(ptr, ptr, count, dtype, op, 1.0, 1.0, name,
                                       device, stream, what="allreduce of DDP bucket " + name,
@@ -266,4 +269,24 @@ def _allreduce_hook(state, bucket):
     else:
         future = torch.futures.Future()
         _completer.add(request, future, tensor, None, sent, check)
+    return future
+
+
+def _alone(tensor, sent, check, wire):
+    """A job of one rank: the all-reduce's result is the bucket itself (after the float16 or
+    bfloat16 round trip of PERSEUS_ALLREDUCE_DTYPE), so the hook completes at once, with no
+    library call, as Horovod's optimizer registers no hooks on one rank. The NaN check still
+    runs."""
+    import torch
+    with _lock:
+        STATS["buckets"] += 1
+        if wire is not None:
+            STATS["compressed"] += 1
+    future = torch.futures.Future(devices=[tensor.device]) if tensor.is_cuda else \
+        torch.futures.Future()
+    try:
+        _Completer._finish(None, tensor, sent, check)
+        future.set_result(tensor)
+    except Exception as e:  # noqa: BLE001 - handed to DDP through the future
+        future.set_exception(e)
     return future

@@ -1,7 +1,9 @@
 """perseus.torch in a process that no launcher started (run as `python alone.py`): a job of one
 rank, as in Horovod. Every operation on CPU tensors (and CUDA tensors when there is a GPU and
 NCCL) of every dtype and odd shapes gives back its input; a process set of rank 0; join;
-shutdown and init again."""
+shutdown and init again. DistributedOptimizer and DDP (with `import perseus`) on one rank take
+their shortcut (no hooks, no library call) and give what the plain optimizer gives, after the
+compression's float16/bfloat16 round trip."""
 import os
 import sys
 import threading
@@ -99,6 +101,122 @@ def process_set_of_zero(check):
         hvd.barrier(process_set=ps)
 
 
+class Net(torch.nn.Module):
+    def __init__(self, unused):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(),
+                                       torch.nn.Linear(7, 3))
+        if unused:  # no gradient: the optimizer all-reduces zeros for it
+            self.unused = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def model(seed, unused=True):
+    torch.manual_seed(seed)
+    return Net(unused)
+
+
+def batches(steps, passes):
+    g = torch.Generator().manual_seed(11)
+    return [[(torch.randn(4, 5, generator=g), torch.randn(4, 3, generator=g))
+             for _ in range(passes)] for _ in range(steps)]
+
+
+def reference(data, round_to, zero_unused):
+    """The plain SGD, each gradient rounded through `round_to` (None: kept) before the step."""
+    m = model(3, unused=zero_unused)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    for step in data:
+        opt.zero_grad()
+        for x, y in step:
+            torch.nn.functional.mse_loss(m(x), y).backward()
+        for p in m.parameters():
+            if p.grad is None and zero_unused:
+                p.grad = torch.zeros_like(p)
+            if p.grad is not None and round_to is not None:
+                p.grad.copy_(p.grad.to(round_to).float())
+        opt.step()
+    return m
+
+
+def optimizer_alone(check):
+    compressions = [("none", hvd.Compression.none, None), ("fp16", hvd.Compression.fp16,
+                                                           torch.float16)]
+    if hasattr(hvd.Compression, "bf16"):
+        compressions.append(("bf16", hvd.Compression.bf16, torch.bfloat16))
+    for label, compression, round_to in compressions:
+        for passes, groups in [(1, None), (2, None), (1, 2)]:
+            what = "DistributedOptimizer alone, %s, %d passes, groups %s" % (label, passes, groups)
+            data = batches(3, passes)
+            m = model(3)
+            opt = hvd.DistributedOptimizer(
+                torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01),
+                named_parameters=m.named_parameters(), compression=compression,
+                backward_passes_per_step=passes, groups=groups)
+            check(opt._grad_accs == [], what + ": hooks registered")
+            for step in data:
+                opt.zero_grad()
+                for x, y in step:
+                    torch.nn.functional.mse_loss(m(x), y).backward()
+                opt.step()
+            want = reference(data, round_to, zero_unused=True)
+            for (name, got), expected in zip(m.named_parameters(), want.parameters()):
+                check(torch.equal(got, expected), "%s: %s differs from the plain SGD's by %g"
+                      % (what, name, (got - expected).abs().max()))
+    # Where the all-reduce does more than the identity (scaling), the usual path, same result.
+    data = batches(2, 1)
+    m = model(3)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters(),
+                                   gradient_predivide_factor=2.0)
+    for step in data:
+        opt.zero_grad()
+        for x, y in step:
+            torch.nn.functional.mse_loss(m(x), y).backward()
+        opt.step()
+    want = model(3)
+    plain = torch.optim.SGD(want.parameters(), lr=0.1)
+    for step in data:
+        plain.zero_grad()
+        for x, y in step:
+            torch.nn.functional.mse_loss(want(x), y).backward()
+        plain.step()
+    for got, expected in zip(m.parameters(), want.parameters()):
+        check(torch.allclose(got, expected, rtol=1e-6, atol=1e-7),
+              "DistributedOptimizer alone, predivide 2: differs by %g"
+              % (got - expected).abs().max())
+
+
+def ddp_alone(check):
+    import perseus
+    import torch.distributed as dist
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for dtype, round_to in [("", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)]:
+            os.environ["PERSEUS_ALLREDUCE_DTYPE"] = dtype
+            data = batches(3, 1)
+            m = model(3, unused=False)  # DDP wants every parameter used
+            ddp = torch.nn.parallel.DistributedDataParallel(m)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+            before = perseus.ddp_stats()["buckets"]
+            for step in data:
+                opt.zero_grad()
+                for x, y in step:
+                    torch.nn.functional.mse_loss(ddp(x), y).backward()
+                opt.step()
+            check(perseus.ddp_stats()["buckets"] > before, "DDP alone %r: hook not called" % dtype)
+            want = reference(data, round_to, zero_unused=False)
+            for got, expected in zip(m.parameters(), want.parameters()):
+                check(torch.equal(got, expected), "DDP alone %r: differs from the plain SGD's by %g"
+                      % (dtype, (got - expected).abs().max()))
+            del ddp
+    finally:
+        os.environ.pop("PERSEUS_ALLREDUCE_DTYPE", None)
+        dist.destroy_process_group()
+
+
 def main():
     check = Checks("alone")
     for round_ in range(2):
@@ -111,6 +229,8 @@ def main():
             print("alone: ran on cuda too", flush=True)
         if round_ == 0:
             process_set_of_zero(check)
+            optimizer_alone(check)
+            ddp_alone(check)
         check(hvd.broadcast_object({"a": [1, 2]}, 0) == {"a": [1, 2]}, "broadcast_object")
         check(hvd.allgather_object(7) == [7], "allgather_object")
         hvd.barrier()

@@ -75,9 +75,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._group_ready = [set() for _ in self._groups]
         self._grad_accs = []
         # As Horovod: on a rank outside process_set this is the plain optimizer (no hooks, no
-        # all-reduce).
+        # all-reduce); in a job of one rank there are no hooks either, and synchronize() does
+        # locally what the all-reduce of one rank would (see _synchronize_alone).
         self._member = self._process_set.included()
-        if self._member:
+        self._alone = self._member and ops.size() == 1
+        if self._member and not self._alone:
             self._register_hooks()
 
     @property
@@ -165,7 +167,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's all-reduce (submitting those whose hook did not run, e.g.
         of parameters that took no part in the loss) and writes the results into .grad."""
-        if not self._member:
+        if not self._member or (self._alone and self._synchronize_alone()):
             self._synchronized = True
             return
         missing = [p for p in self._requires_update if self._handles.get(p) is None]
@@ -200,6 +202,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ops.NonFiniteError(message, ", ".join(names),
                                      any(e.input_nonfinite for e in nonfinite))
         self._synchronized = True
+
+    def _synchronize_alone(self):
+        """One rank: the average (or sum) over the job is the gradient itself, after the
+        compression's round trip (float16 or bfloat16 and back), which is all that is left to do:
+        the same values as the all-reduce, without a library call per parameter. False (the
+        caller all-reduces as usual) where the all-reduce does more: scaling factors
+        (gradient_predivide_factor), the NaN check, sparse gradients."""
+        from perseus.torch import _grad
+        if self._prescale != 1.0 or self._postscale != 1.0 or _grad.nancheck():
+            return False
+        if any(p.grad is not None and p.grad.is_sparse for p in self._requires_update):
+            return False
+        compression = self._compression or compression_from_env()
+        for p in self._requires_update:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            tensor, ctx = compression.compress(p.grad)
+            if tensor is not p.grad:
+                p.grad.copy_(compression.decompress(tensor, ctx))
+        return True
 
     @contextlib.contextmanager
     def skip_synchronize(self):
