@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""The Python submission path of perseus.torch on CPU (issue 17): what a training step and many
+small all-reduces cost through the shim, against the same work without communication.
+
+    python3 bench/submission_path.py [--ranks 1,2] [--repeats 5] [--json FILE]
+
+Two measurements, each run as its own `perseusrun -np N` job, runs alternating:
+- step: ms per training step of a model of 100 Linear(32, 32) layers (200 parameter tensors),
+  batch 16, torch on one thread, SGD; "none" is the plain optimizer (Horovod's calls as
+  no-ops), "hvd" the same script with hvd.DistributedOptimizer. 20 warm-up steps, 100 timed.
+- small: 1000 tensors of 4 KB (1024 float32) all-reduced through perseus.torch.horovod as
+  1000 allreduce_async_ then synchronize, 1000 blocking allreduce_, one grouped_allreduce_,
+  and 1000 blocking calls on one tensor (the per-call latency); 5 timed rounds each, the
+  median kept.
+The table gives medians over the repeats, the spread (min-max), and step's ratio hvd / none.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def worker_step(comm, steps, warmup):
+    import torch
+    import perseus.torch.horovod as hvd
+    torch.set_num_threads(1)
+    hvd.init()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(100)])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    if comm == "hvd":
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    x, y = torch.randn(16, 32), torch.randn(16, 32)
+
+    def step():
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    hvd.barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    took = (time.perf_counter() - start) / steps * 1000
+    if hvd.rank() == 0:
+        print("RESULT step %.3f" % took, flush=True)
+    hvd.shutdown()
+
+
+def worker_small():
+    import torch
+    import perseus.torch.horovod as hvd
+    torch.set_num_threads(1)
+    hvd.init()
+    tensors = [torch.ones(1024) for _ in range(1000)]
+    one = torch.ones(1024)
+
+    def many_async():
+        handles = [hvd.allreduce_async_(t, name="async.%d" % i, op=hvd.Sum)
+                   for i, t in enumerate(tensors)]
+        for h in handles:
+            hvd.synchronize(h)
+
+    def many_blocking():
+        for i, t in enumerate(tensors):
+            hvd.allreduce_(t, name="blocking.%d" % i, op=hvd.Sum)
+
+    def grouped():
+        hvd.grouped_allreduce_(tensors, name="grouped", op=hvd.Sum)
+
+    def one_call():
+        for _ in range(1000):
+            hvd.allreduce_(one, name="one", op=hvd.Sum)
+
+    for name, fn in [("async", many_async), ("blocking", many_blocking), ("grouped", grouped),
+                     ("call_us", one_call)]:
+        fn()
+        times = []
+        for _ in range(5):
+            hvd.barrier()
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1000)
+        if hvd.rank() == 0:
+            # call_us: 1000 calls, so ms per 1000 calls = us per call
+            print("RESULT %s %.3f" % (name, statistics.median(times)), flush=True)
+    hvd.shutdown()
+
+
+def launch(args, ranks, worker_args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "lib/framework_shims")] + [
+        p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["OMP_NUM_THREADS"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    cmd = [args.perseusrun, "-np", str(ranks), "-H", "localhost:%d" % ranks, args.python,
+           os.path.abspath(__file__), "--worker"] + worker_args
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace",
+                          timeout=args.timeout, stdin=subprocess.DEVNULL)
+    found = dict((m.group(1), float(m.group(2))) for m in
+                 re.finditer(r"RESULT (\w+) ([\d.]+)", proc.stdout))
+    if proc.returncode != 0 or not found:
+        raise SystemExit("failed: %s\n%s\n%s" % (" ".join(cmd), proc.stdout[-3000:],
+                                                  proc.stderr[-3000:]))
+    return found
+
+
+def spread(values):
+    return "%.2f (%.2f-%.2f)" % (statistics.median(values), min(values), max(values))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--worker", nargs="*")
+    parser.add_argument("--perseusrun", default=os.path.join(ROOT, "build/apps/perseusrun/"
+                                                                   "perseusrun"))
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--ranks", default="1,2")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.worker is not None:
+        if args.worker[0] == "step":
+            return worker_step(args.worker[1], int(args.worker[2]), 20)
+        return worker_small()
+
+    results = {}
+    print("# %s, %d CPUs, python %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), os.cpu_count(),
+                                        sys.version.split()[0]), flush=True)
+    for ranks in [int(r) for r in args.ranks.split(",")]:
+        step = {"none": [], "hvd": []}
+        for repeat in range(args.repeats):
+            for comm in ("none", "hvd"):
+                value = launch(args, ranks, ["step", comm, str(args.steps)])["step"]
+                step[comm].append(value)
+                print("np %d step %-4s repeat %d: %.3f ms" % (ranks, comm, repeat, value),
+                      flush=True)
+        small = {}
+        for repeat in range(args.repeats):
+            for key, value in launch(args, ranks, ["small"]).items():
+                small.setdefault(key, []).append(value)
+        results[ranks] = {"step": step, "small": small}
+
+    print()
+    print("| ranks | step, no communication (ms) | step, DistributedOptimizer (ms) | ratio | "
+          "1000 x 4 KB async (ms) | blocking (ms) | grouped (ms) | one blocking call (us) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for ranks, r in results.items():
+        ratio = statistics.median(r["step"]["hvd"]) / statistics.median(r["step"]["none"])
+        print("| %d | %s | %s | %.2fx | %s | %s | %s | %s |" % (
+            ranks, spread(r["step"]["none"]), spread(r["step"]["hvd"]), ratio,
+            spread(r["small"]["async"]), spread(r["small"]["blocking"]),
+            spread(r["small"]["grouped"]), spread(r["small"]["call_us"])))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({str(k): v for k, v in results.items()}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
