@@ -15,7 +15,7 @@ With one rank every collective's result is known from the input alone. Groups:
   syncbn     SyncBatchNorm forward/backward on CUDA = BatchNorm (the module, and its
              all-gather/all-reduce path called directly, since one rank takes the shortcut)
   compress   Compression.fp16/bf16 round trips = torch's casts; PERSEUS_ALLREDUCE_DTYPE=fp16 in
-             DistributedOptimizer submits float16
+             DistributedOptimizer submits float16 (nothing on one rank: no hooks there)
   nancheck   PERSEUS_ALLREDUCE_NANCHECK=1 names the tensor (allreduce), the parameter
              (DistributedOptimizer) and the bucket (DDP)
   ddp        `import perseus` + DistributedDataParallel on CUDA (nccl process group): the
@@ -256,7 +256,10 @@ def group_compress(check, dev):
                                        named_parameters=model.named_parameters())
         train(model, opt, data_)
         codes = {c for name, c, _, _, _ in submitted if name and name.startswith("allreduce.")}
-        check(codes == {code}, "PERSEUS_ALLREDUCE_DTYPE=%s submits %s" % (env, codes))
+        # One rank: DistributedOptimizer takes no hooks and submits nothing (as Horovod's); the
+        # parameters below still show the float16/bfloat16 round trip of the gradients.
+        want = {code} if hvd.size() > 1 else set()
+        check(codes == want, "PERSEUS_ALLREDUCE_DTYPE=%s submits %s" % (env, codes))
         same_params(check, model, ref, "DistributedOptimizer PERSEUS_ALLREDUCE_DTYPE=" + env, tol)
     del os.environ["PERSEUS_ALLREDUCE_DTYPE"]
 
