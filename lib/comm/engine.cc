@@ -30,9 +30,10 @@ constexpr size_t kSlotPayload = kSlotBytes - sizeof(uint32_t);
 // Within kBusyWindow of the last work, the thread polls kPollFor for new work before it sleeps.
 constexpr auto kBusyWindow = std::chrono::milliseconds(1);
 constexpr auto kPollFor = std::chrono::microseconds(50);
-// Work found, the thread waits until the queue has not grown for kSettle, at most kSettleAtMost
-// (and never longer than the cycle time).
+// Work found, the thread waits until the queue has not grown for kSettle (kBurstQuiet within a
+// burst), at most kSettleAtMost (and never longer than the cycle time); see Engine::settle.
 constexpr auto kSettle = std::chrono::microseconds(5);
+constexpr auto kBurstQuiet = std::chrono::microseconds(40);
 constexpr auto kSettleAtMost = std::chrono::microseconds(500);
 // After this many cycles in a row that each found one request and no burst behind it (a loop of
 // blocking calls), the thread stops settling until a cycle finds several requests again.
@@ -522,6 +523,29 @@ void Engine::run_device_one(const Agreed &agreed, const std::shared_ptr<Request>
   }
 }
 
+void Engine::settle(size_t found) const {
+  // Python submits one tensor every 10 to 30 us, slower than kSettle: once a burst shows (more
+  // than one request, or the queue grew), the quiet that ends it is kBurstQuiet, slept rather
+  // than spun so that the submitting threads have the CPU. A thread that waits for a result ends
+  // the settle at once: a loop that submits, then waits, has submitted all it will.
+  const auto limit =
+      Clock::now() + std::min<std::chrono::microseconds>(settings_.cycle_time, kSettleAtMost);
+  bool burst = found > 1;
+  size_t seen = found;
+  while (threads_waiting() == 0 && Clock::now() < limit) {
+    if (burst) {
+      std::this_thread::sleep_for(kBurstQuiet);
+    } else {
+      const auto quiet_until = Clock::now() + kSettle;
+      while (Clock::now() < quiet_until) std::this_thread::yield();
+    }
+    const size_t now_queued = queued_.load(std::memory_order_acquire);
+    if (now_queued == seen) return;
+    burst = true;
+    seen = now_queued;
+  }
+}
+
 void Engine::cycle() {
   std::vector<std::shared_ptr<Request>> fresh;
   bool shutdown = false;
@@ -557,18 +581,7 @@ void Engine::cycle() {
   // queue still grows, let it, so that one cycle takes the burst and fuses it, instead of a
   // cycle per tensor. A lone blocking call pays one short settle, and a run of them none.
   const size_t found = queued_.load(std::memory_order_acquire);
-  if (found > 1 || (found == 1 && lone_cycles_ < kLoneCyclesBeforeNoSettle)) {
-    const auto limit =
-        Clock::now() + std::min<std::chrono::microseconds>(settings_.cycle_time, kSettleAtMost);
-    size_t seen = found;
-    for (;;) {
-      const auto quiet_until = Clock::now() + kSettle;
-      while (Clock::now() < quiet_until) std::this_thread::yield();
-      const size_t now_queued = queued_.load(std::memory_order_acquire);
-      if (now_queued == seen || Clock::now() >= limit) break;
-      seen = now_queued;
-    }
-  }
+  if (found > 1 || (found == 1 && lone_cycles_ < kLoneCyclesBeforeNoSettle)) settle(found);
   {
     std::unique_lock lock(mutex_);
     fresh.assign(queue_.begin(), queue_.end());

@@ -133,6 +133,8 @@ class Engine {
  private:
   void loop();
   void cycle();
+  // Waits while a burst of submissions still grows (found: the requests queued now).
+  void settle(size_t found) const;
   std::vector<RankMessage> exchange(const RankMessage &mine);
   void run(const std::vector<Agreed> &ready);
   void run_allreduces(const std::vector<const Agreed *> &group);

@@ -7,13 +7,20 @@ namespace perseus::comm {
 
 namespace {
 
-// Counts a thread in Request::waiters_ while it waits.
+// Threads in Request::wait() or wait_quietly(), over every request of the process.
+std::atomic<int> g_threads_waiting{0};
+
+// Counts a thread in Request::waiters_ (and in g_threads_waiting) while it waits.
 class Waiting {
  public:
   explicit Waiting(std::atomic<int> &count) : count_(count) {
     count_.fetch_add(1, std::memory_order_acq_rel);
+    g_threads_waiting.fetch_add(1, std::memory_order_acq_rel);
   }
-  ~Waiting() { count_.fetch_sub(1, std::memory_order_acq_rel); }
+  ~Waiting() {
+    g_threads_waiting.fetch_sub(1, std::memory_order_acq_rel);
+    count_.fetch_sub(1, std::memory_order_acq_rel);
+  }
   Waiting(const Waiting &) = delete;
   Waiting &operator=(const Waiting &) = delete;
 
@@ -22,6 +29,8 @@ class Waiting {
 };
 
 }  // namespace
+
+int threads_waiting() { return g_threads_waiting.load(std::memory_order_acquire); }
 
 const char *name_of(OpKind kind) {
   static constexpr std::array<const char *, kOpKinds> kNames = {

@@ -32,6 +32,9 @@ constexpr int kOpKinds = 8;
 
 const char *name_of(OpKind kind);
 
+// How many threads of this process wait in Request::wait() or wait_quietly() now, on any request.
+int threads_waiting();
+
 // What one rank submitted, as the other ranks see it. Which fields count depends on the kind:
 // count is this rank's elements (allreduce, broadcast, allgatherv) or the sum of counts
 // (alltoall: the elements sent to each rank; reducescatter: each rank's block).

@@ -455,22 +455,27 @@ class Request:
     """One asynchronous operation. poll() -> bool, wait() raises PerseusError on failure,
     counts()/copy_output() for allgatherv and alltoall. Released by release() or when
     collected (after waiting for it: its buffers are in use until it is done). `keep` holds
-    whatever must outlive the operation (the buffers' owners, the counts arrays)."""
+    whatever must outlive the operation (the buffers' owners, the counts arrays). `what` is
+    what errors call the operation: a string, or an object whose str() makes one."""
+
+    __slots__ = ("_handle", "what", "_keep", "_key", "_result", "_detail")
 
     def __init__(self, handle, what, keep=(), key=None):
-        self._handle = handle
+        self._handle = handle  # the perseus_request_t, as an int
         self.what = what
         self._keep = keep
         self._key = key  # (process set, name) of a named operation, else None
         self._result = None
-        _take_name(key)
+        self._detail = ""
+        if key is not None:
+            _take_name(key)
 
     def poll(self):
         if self._handle is None:
             return True
         rc = lib().perseus_poll(self._handle)
         if rc < 0:
-            raise error(rc, "perseus_poll on " + self.what)
+            raise error(rc, "perseus_poll on %s" % self.what)
         return rc == 1
 
     def wait(self):
@@ -488,13 +493,13 @@ class Request:
 
     def counts(self, n):
         out = (ctypes.c_size_t * n)()
-        check(lib().perseus_output_counts(self._handle, out), "perseus_output_counts on "
-              + self.what)
+        check(lib().perseus_output_counts(self._handle, out), "perseus_output_counts on %s"
+              % self.what)
         return list(out)
 
     def copy_output(self, dst):
         check(lib().perseus_output_copy(self._handle, ctypes.c_void_p(dst)),
-              "perseus_output_copy on " + self.what)
+              "perseus_output_copy on %s" % self.what)
 
     def release(self):
         handle, self._handle = self._handle, None
@@ -574,19 +579,31 @@ def _refuse_taken_name(key, what):
             what, detail), ERROR_INVALID_ARGUMENT, detail)
 
 
+# ctypes array types of shapes, by number of dimensions (made once: a type is costly to make).
+_SHAPE_TYPES = {}
+
+
+def _shape_array(shape):
+    n = len(shape)
+    kind = _SHAPE_TYPES.get(n)
+    if kind is None:
+        kind = _SHAPE_TYPES[n] = ctypes.c_int64 * max(n, 1)
+    return kind(*shape)
+
+
 def _submit(fn, what, keep, *args, shape=None, key=None):
     if key is not None:
         _refuse_taken_name(key, what)
-    _release_finished_orphans()
+    if _orphans:
+        _release_finished_orphans()
     if shape is not None:
-        dims = [int(d) for d in shape]
-        check(lib().perseus_next_shape((ctypes.c_int64 * max(len(dims), 1))(*dims), len(dims)),
-              "perseus_next_shape for " + what)
+        check(_lib.perseus_next_shape(_shape_array(shape), len(shape)),
+              "perseus_next_shape for %s" % what)
     handle = ctypes.c_void_p()
     rc = fn(*args, ctypes.byref(handle))
     if rc < 0:
         raise error(rc, what)
-    return Request(handle, what, keep, key)
+    return Request(handle.value, what, keep, key)
 
 
 def _key(name, process_set=GLOBAL_PROCESS_SET):

@@ -63,6 +63,48 @@ def same_params(check, a, b, what, tol=1e-5):
         check.close(p.detach(), q.detach(), "%s: %s" % (what, name), rtol=tol, atol=tol)
 
 
+class Irregular(nn.Module):
+    """Registered in another order than used (gradients arrive in neither order), one layer
+    never used (no gradient), one frozen from the third step on."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.out = nn.Linear(16, 3)
+        self.unused = nn.Linear(8, 8)
+        self.first = nn.Linear(8, 16)
+        self.mid = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.mid(torch.tanh(self.first(x)))))
+
+
+def irregular_training(check, n, me, data):
+    """DistributedOptimizer where the submission path has no single fixed pattern: gradients
+    in an order of their own, a parameter without a gradient (Horovod all-reduces zeros for
+    it), gradients made anew each step (zero_grad(set_to_none=True)), a parameter frozen
+    between steps, 3-D inputs: equal to one process on the whole batches."""
+    ref, mine = Irregular(), Irregular()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(mine.parameters(), lr=0.1),
+                                   named_parameters=mine.named_parameters())
+    loss_fn = nn.CrossEntropyLoss()
+    for i, step in enumerate(data):
+        if i == 2:
+            ref.mid.bias.requires_grad_(False)
+            mine.mid.bias.requires_grad_(False)
+        for model, o, part in ((ref, ref_opt, lambda t: t), (mine, opt, lambda t: shard(t, n, me))):
+            o.zero_grad(set_to_none=True)
+            for x, y in step:
+                x3 = part(x).unsqueeze(1).expand(-1, 2, -1)  # (rows, 2, 8): the mean of 2
+                loss_fn(model(x3).mean(1), part(y)).backward()
+            o.step()
+        unused = mine.unused.weight.grad
+        check(unused is not None and not unused.any(), "the unused layer's gradient is zeros "
+              "after step %d (got %s)" % (i, None if unused is None else unused.abs().max()))
+    same_params(check, mine, ref, "irregular model")
+
+
 def horovod_optimizer_state(check, n, me):
     """_parameter_names as Horovod's (default names the same on every rank), and
     broadcast_optimizer_state of an optimizer that never stepped, with a parameter that needs
@@ -208,6 +250,7 @@ def main():
     check(obj == {"epoch": 3}, "broadcast_object")
     horovod_optimizer_state(check, n, me)
     sparse_gradients(check, n, me)
+    irregular_training(check, n, me, data)
 
     # SyncBatchNorm over uneven batches (rank r has r + 2 rows) vs BatchNorm on all of them.
     for dims in (2, 4):

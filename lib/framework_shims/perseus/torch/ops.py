@@ -67,23 +67,31 @@ def stop_timeline():
 # ---- handles -------------------------------------------------------------------------------
 
 class Handle:
-    """What an *_async call returns: poll(handle) and synchronize(handle) take it."""
+    """What an *_async call returns: poll(handle) and synchronize(handle) take it. finish()
+    makes the result once every request is done; without it the result is `result` (an
+    all-reduce's output), so that the common case allocates no closure."""
 
-    def __init__(self, requests, finish):
+    __slots__ = ("_requests", "_finish", "_result", "_done")
+
+    def __init__(self, requests, finish=None, result=None):
         self._requests = requests
         self._finish = finish
-        self._result = None
+        self._result = result
         self._done = False
 
     def poll(self):
         return all(r.poll() for r in self._requests)
+
+    def _complete(self):
+        """The result, once the requests are done (what synchronize returns)."""
+        return self._result if self._finish is None else self._finish()
 
     def synchronize(self):
         if not self._done:
             try:
                 for r in self._requests:
                     r.wait()
-                self._result = self._finish()
+                self._result = self._complete()
             finally:
                 for r in self._requests:
                     r.release()
@@ -102,11 +110,30 @@ def synchronize(handle):
     return handle.synchronize()
 
 
-def _what(operation, name, tensor):
-    label = "%s of tensor '%s'" % (operation, name) if name else "%s of an unnamed tensor" % (
-        operation)
-    return "%s (%s, shape %s, on %s)" % (label, str(tensor.dtype).replace("torch.", ""),
-                                         list(tensor.shape), tensor.device)
+class _What:
+    """What an operation's errors call it ("allreduce of tensor 'x' (float32, shape [3], on
+    cpu)"), made only when an error needs it (str()), not on every call."""
+
+    __slots__ = ("_operation", "_name", "_tensor")
+
+    def __init__(self, operation, name, tensor):
+        self._operation, self._name, self._tensor = operation, name, tensor
+
+    def __str__(self):
+        operation, name, tensor = self._operation, self._name, self._tensor
+        label = "%s of tensor '%s'" % (operation, name) if name else "%s of an unnamed tensor" % (
+            operation)
+        return "%s (%s, shape %s, on %s)" % (label, str(tensor.dtype).replace("torch.", ""),
+                                             list(tensor.shape), tensor.device)
+
+    def __add__(self, other):
+        return str(self) + other
+
+    def __radd__(self, other):
+        return other + str(self)
+
+
+_what = _What
 
 
 def _resolve_op(op, average):
@@ -156,15 +183,16 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
         host = tensor.detach().cpu()
         inner = _allreduce_async(host, host, name, op, prescale_factor, postscale_factor, label,
                                  check, set_id)
-        return Handle(inner._requests, lambda: output.copy_(inner._finish()))
-    what = _what("allreduce", name, tensor)
+        return Handle(inner._requests, lambda: output.copy_(inner._complete()))
+    what = _What("allreduce", name, tensor)
     send = tensor if output is tensor else tensor.contiguous()
     check = (_grad.nancheck() if check is None else check) and send.is_floating_point()
     input_nonfinite = check and not _grad.finite(send)
     pre, post = float(prescale_factor), float(postscale_factor)
     # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
-    members = _members(set_id)
-    op, device_scale, post = _device_scales(send, op, pre, post, members)
+    device_scale = False
+    if pre != 1.0 or post != 1.0:
+        op, device_scale, post = _device_scales(send, op, pre, post, _members(set_id))
     if device_scale:
         if pre != 1.0:
             send = _scale_(send, pre) if output is tensor else _scale_(send.clone(), pre)
@@ -172,10 +200,13 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     else:
         pre_lib, post_lib = pre, post
     src, count, code, device, stream = _tensors.describe(send, what)
-    dst = _tensors.describe(output, what)[0]
+    dst = src if output is send else _tensors.describe(output, what)[0]
     request = _native.allreduce_async(src, dst, count, code, _OPS[op], pre_lib, post_lib, name,
-                                      device, stream, what=what, keep=(send, output),
+                                      device, stream, what=what,
+                                      keep=send if output is send else (send, output),
                                       process_set=set_id, shape=send.shape)
+    if not check and not (device_scale and post != 1.0):
+        return Handle([request], None, output)
 
     def finish():
         if device_scale and post != 1.0:
@@ -257,7 +288,7 @@ def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor, set_
                                 postscale_factor, set_id=set_id)
                for i, (t, o) in enumerate(zip(tensors, outputs))]
     requests = [r for h in handles for r in h._requests]
-    return Handle(requests, lambda: [h._finish() for h in handles])
+    return Handle(requests, lambda: [h._complete() for h in handles])
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -356,7 +387,7 @@ def _allgather_async(tensor, name, with_counts=False, set_id=_native.GLOBAL_PROC
     """members: how many ranks take part (process set's size; default: every rank)."""
     if _staged(tensor, set_id):
         inner = _allgather_async(tensor.detach().cpu(), name, with_counts, set_id, members)
-        return Handle(inner._requests, lambda: _back_to(tensor.device, inner._finish()))
+        return Handle(inner._requests, lambda: _back_to(tensor.device, inner._complete()))
     what = _what("allgather", name, tensor)
     send = tensor.contiguous()
     if send.dim() == 0:
@@ -435,7 +466,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     handles = [_allgather_in(t, _group_name(name, i), process_set)
                for i, t in enumerate(tensors)]
     return Handle([r for h in handles for r in h._requests],
-                  lambda: [h._finish() for h in handles])
+                  lambda: [h._complete() for h in handles])
 
 
 class _GroupedAllgather(torch.autograd.Function):
@@ -445,7 +476,7 @@ class _GroupedAllgather(torch.autograd.Function):
         handles = [_allgather_in(t, _group_name(name, i), process_set, with_counts=True)
                    for i, t in enumerate(tensors)]
         results = Handle([r for h in handles for r in h._requests],
-                         lambda: [h._finish() for h in handles]).synchronize()
+                         lambda: [h._complete() for h in handles]).synchronize()
         ctx.rows = [rows for _, rows in results]
         ctx.shapes = [t.shape for t in tensors]
         ctx.process_set = process_set
@@ -477,7 +508,7 @@ def _broadcast_async(tensor, output, root_rank, name, set_id=_native.GLOBAL_PROC
     if _staged(tensor, set_id):
         host = tensor.detach().cpu()
         inner = _broadcast_async(host, host, root_rank, name, set_id)
-        return Handle(inner._requests, lambda: output.copy_(inner._finish()))
+        return Handle(inner._requests, lambda: output.copy_(inner._complete()))
     what = _what("broadcast", name, tensor)
     if output is not tensor:
         output.copy_(tensor)
@@ -551,7 +582,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     set_id = _set_id(ps)
     if _staged(tensor, set_id):
         inner = alltoall_async(tensor.detach().cpu(), splits, name, ps)
-        return Handle(inner._requests, lambda: _back_to(tensor.device, inner._finish()))
+        return Handle(inner._requests, lambda: _back_to(tensor.device, inner._complete()))
     what = _what("alltoall", name, tensor)
     send = tensor.contiguous()
     if send.dim() == 0:
@@ -620,7 +651,7 @@ def _reducescatter_async(tensor, name, op, ps, prescale_factor, postscale_factor
     if _staged(tensor, set_id):
         inner = _reducescatter_async(tensor.detach().cpu(), name, op, ps, prescale_factor,
                                      postscale_factor)
-        return Handle(inner._requests, lambda: _back_to(tensor.device, inner._finish()))
+        return Handle(inner._requests, lambda: _back_to(tensor.device, inner._complete()))
     what = _what("reducescatter", name, tensor)
     send = tensor.contiguous()
     _check_scatterable(send, what)
@@ -710,7 +741,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     handles = [_reducescatter_async(t, _group_name(name, i), op, ps, prescale_factor,
                                     postscale_factor) for i, t in enumerate(tensors)]
     return Handle([r for h in handles for r in h._requests],
-                  lambda: [h._finish() for h in handles])
+                  lambda: [h._complete() for h in handles])
 
 
 class _GroupedReducescatter(torch.autograd.Function):

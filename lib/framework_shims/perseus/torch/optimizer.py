@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-from perseus.torch import ops
+from perseus.torch import _grad, ops
 from perseus.torch.compression import from_env as compression_from_env
 
 
@@ -64,6 +64,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                            for i, g in enumerate(self.param_groups)
                            for j, p in enumerate(g["params"])}
 
+        # The name of each parameter's all-reduce, made once.
+        self._allreduce_names = {p: "allreduce." + n for p, n in self._names.items()}
         self.backward_passes_per_step = backward_passes_per_step
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._delay = {p: backward_passes_per_step for p in self._requires_update}
@@ -150,18 +152,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if grad.is_sparse:
             if not self._sparse_as_dense:
                 # As Horovod: the indices and values all-gathered; the handle is a callable.
-                return ops.sparse_allreduce_async(grad, "allreduce." + self._names[p],
+                return ops.sparse_allreduce_async(grad, self._allreduce_names[p],
                                                   self._op, self._process_set), None, None, None
             grad = grad.to_dense()
         tensor, ctx = compression.compress(grad)
         if tensor is not p.grad:
             tensor = tensor.contiguous()
-        label = "parameter '%s'" % self._names[p]
-        if tensor.dtype != p.grad.dtype:
-            label += " (sent as %s)" % str(tensor.dtype).replace("torch.", "")
-        handle = ops._allreduce_async(tensor, tensor, "allreduce." + self._names[p],
-                                      ops._resolve_op(self._op, None), self._prescale,
-                                      self._postscale, label=label, set_id=self._set_id)
+        check = _grad.nancheck()
+        label = None
+        if check:  # what the NaN check's error calls it
+            label = "parameter '%s'" % self._names[p]
+            if tensor.dtype != p.grad.dtype:
+                label += " (sent as %s)" % str(tensor.dtype).replace("torch.", "")
+        handle = ops._allreduce_async(tensor, tensor, self._allreduce_names[p], self._op,
+                                      self._prescale, self._postscale, label=label, check=check,
+                                      set_id=self._set_id)
         return handle, compression, ctx, tensor
 
     def synchronize(self):
@@ -209,7 +214,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         the same values as the all-reduce, without a library call per parameter. False (the
         caller all-reduces as usual) where the all-reduce does more: scaling factors
         (gradient_predivide_factor), the NaN check, sparse gradients."""
-        from perseus.torch import _grad
         if self._prescale != 1.0 or self._postscale != 1.0 or _grad.nancheck():
             return False
         if any(p.grad is not None and p.grad.is_sparse for p in self._requires_update):
