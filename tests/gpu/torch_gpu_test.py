@@ -11,7 +11,8 @@ With one rank every collective's result is known from the input alone. Groups:
              perseus._native checks what was submitted), allgather, grouped_allgather,
              broadcast(_), alltoall (equal and with splits), reducescatter, grouped_allreduce
   optimizer  DistributedOptimizer steps of a small CUDA model = plain SGD (also with
-             gradient_predivide_factor=2, which scales on the device, and groups)
+             gradient_predivide_factor=2, which scales on the device and all-reduces the
+             gradients in one bucket, and groups)
   syncbn     SyncBatchNorm forward/backward on CUDA = BatchNorm (the module, and its
              all-gather/all-reduce path called directly, since one rank takes the shortcut)
   compress   Compression.fp16/bf16 round trips = torch's casts; PERSEUS_ALLREDUCE_DTYPE=fp16 in
@@ -189,8 +190,14 @@ def group_optimizer(check, dev):
         model = make_model(dev)
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                                        named_parameters=model.named_parameters(), **kwargs)
+        submitted.clear()
         train(model, opt, data)
         same_params(check, model, ref, "DistributedOptimizer %s" % kwargs, 1e-5)
+        if "gradient_predivide_factor" in kwargs:
+            # One rank all-reduces here after all (the scale factors): in gradient buckets, one
+            # flat tensor of the model's 6 gradients a step, scaled on the device.
+            names = {name for name, *_ in submitted}
+            check(names == {"allreduce.4.bias+5"}, "predivide: one bucket a step (got %s)" % names)
         check(all(p.device.type == dev.type for p in model.parameters()), "model stays on device")
 
 

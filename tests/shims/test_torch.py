@@ -82,6 +82,58 @@ def test_training_matches_one_process(n):
     expect_all_passed(run_ranks(n, "train.py"), n, "train")
 
 
+@pytest.mark.parametrize("bucket_bytes", ["0", "300"])
+def test_training_with_other_gradient_buckets(bucket_bytes):
+    # PERSEUS_GRADIENT_BUCKET_BYTES=0: one all-reduce per parameter (Horovod's submission);
+    # 300: buckets of a few small gradients each, most parameters alone. Same results.
+    env = clean_env(PERSEUS_GRADIENT_BUCKET_BYTES=bucket_bytes)
+    expect_all_passed(run_ranks(2, "train.py", env=env), 2, "train")
+
+
+_BUCKET_PLAN = r"""
+import torch
+from perseus.torch import _buckets, _grad, compression as c
+f32 = lambda n: torch.nn.Parameter(torch.zeros(n))
+f64 = lambda n: torch.nn.Parameter(torch.zeros(n, dtype=torch.float64))
+params = [f32(10), f64(3), f32(30), f32(20), f64(5), f32(100), f32(1)]  # 40, 24, 120, 80 ...
+names = {p: "allreduce.p%d" % i for i, p in enumerate(params)}
+buckets = _buckets.plan(params, 200, names)
+index = {id(p): i for i, p in enumerate(params)}
+got = [[index[id(p)] for p in b.params] for b in buckets]
+# reversed: p6 p5 (4 + 400 > 200: p6 alone, then p5 alone) p3 p2 (80 + 120 = 200) p0 ...
+assert got == [[3, 2], [4, 1]], got
+assert [b.name for b in buckets] == ["allreduce.p3+1", "allreduce.p4+1"], buckets
+whole = _buckets.plan(params, 1 << 20, names)
+assert [[index[id(p)] for p in b.params] for b in whole] == [[6, 5, 3, 2, 0], [4, 1]], whole
+for comp in (c.Compression.none, c.Compression.fp16, c.Compression.bf16,
+             c.FP32ToFP16Compressor, c.FP32ToBF16Compressor):
+    assert _buckets.elementwise(comp), comp
+class Mine(c.FP16Compressor):
+    @classmethod
+    def compress(cls, tensor):
+        return tensor.to(torch.float16), tensor.dtype
+assert not _buckets.elementwise(Mine) and not _buckets.elementwise(c.Compressor)
+import os
+os.environ["PERSEUS_GRADIENT_BUCKET_BYTES"] = "4MB"
+try:
+    _grad.bucket_bytes()
+except Exception as e:
+    assert "PERSEUS_GRADIENT_BUCKET_BYTES=4MB" in str(e) and "whole number" in str(e), e
+else:
+    raise AssertionError("4MB accepted")
+print("ok")
+"""
+
+
+def test_gradient_bucket_plan():
+    # The plan is a pure function of the parameters' order, dtypes and sizes (the same on every
+    # rank); a compressor that is not a cast keeps one all-reduce per parameter; a bad size is
+    # refused by name.
+    proc = subprocess.run([PYTHON, "-c", _BUCKET_PLAN], capture_output=True, text=True,
+                          timeout=120, env=clean_env())
+    assert proc.returncode == 0 and "ok" in proc.stdout, show(proc)
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_ddp_through_perseus(n):
     expect_all_passed(run_ranks(n, "ddp.py", "on"), n, "ddp")

@@ -105,6 +105,55 @@ def irregular_training(check, n, me, data):
     same_params(check, mine, ref, "irregular model")
 
 
+class Mixed(nn.Module):
+    """Gradients of two dtypes (float32 and float64 layers), odd and 3-D shapes (Conv1d), a
+    sparse Embedding among dense parameters, a channels_last Conv2d (its weight's gradient not
+    contiguous in the default order): what gradient buckets must keep apart or lay out."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.embed = nn.Embedding(11, 7, sparse=True)
+        self.conv = nn.Conv1d(7, 5, 3)
+        self.wide = nn.Linear(5, 13).double()
+        self.image = nn.Conv2d(1, 2, 3).to(memory_format=torch.channels_last)
+        self.out = nn.Linear(13 + 8, 3)
+
+    def forward(self, ids, pic):
+        h = self.conv(self.embed(ids).transpose(1, 2)).mean(2)  # (rows, 5)
+        h = torch.tanh(self.wide(h.double())).float()
+        p = self.image(pic.contiguous(memory_format=torch.channels_last)).flatten(1)[:, :8]
+        return self.out(torch.cat([h, p], 1))
+
+
+def mixed_training(check, n, me):
+    """DistributedOptimizer on Mixed against one process on the whole batches; with more than
+    one rank (and buckets not turned off) the gradients go in buckets, one dtype each."""
+    g = torch.Generator().manual_seed(9)
+    data = [(torch.randint(0, 11, (6, 4), generator=g), torch.randn(6, 1, 4, 4, generator=g),
+             torch.randint(0, 3, (6,), generator=g)) for _ in range(3)]
+    ref, mine = Mixed(), Mixed()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(mine.parameters(), lr=0.2),
+                                   named_parameters=mine.named_parameters())
+    if n > 1 and os.environ.get("PERSEUS_GRADIENT_BUCKET_BYTES", "").strip() != "0":
+        kinds = [{p.dtype for p in b.params} for b in opt._buckets]
+        check(len(kinds) >= 2 and all(len(k) == 1 for k in kinds),
+              "buckets of one dtype each, float32 and float64 apart (got %s)" % kinds)
+    loss_fn = nn.CrossEntropyLoss()
+    for ids, pic, y in data:
+        ref_opt.zero_grad()
+        loss_fn(ref(ids, pic), y).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        loss_fn(mine(shard(ids, n, me), shard(pic, n, me)), shard(y, n, me)).backward()
+        opt.step()
+    for (name, p), q in zip(mine.named_parameters(), ref.parameters()):
+        check.close(p.detach(), q.detach(), "mixed model: %s" % name, rtol=1e-5, atol=1e-6)
+    check(mine.image.weight.grad.is_contiguous(memory_format=torch.channels_last),
+          "the channels_last gradient keeps its layout")
+
+
 def horovod_optimizer_state(check, n, me):
     """_parameter_names as Horovod's (default names the same on every rank), and
     broadcast_optimizer_state of an optimizer that never stepped, with a parameter that needs
@@ -251,6 +300,7 @@ def main():
     horovod_optimizer_state(check, n, me)
     sparse_gradients(check, n, me)
     irregular_training(check, n, me, data)
+    mixed_training(check, n, me)
 
     # SyncBatchNorm over uneven batches (rank r has r + 2 rows) vs BatchNorm on all of them.
     for dims in (2, 4):

@@ -78,3 +78,21 @@ def nonfinite_error(label, output, input_nonfinite, sent_as=None):
         if sent_as is not None:
             message += " in %s" % sent_as
     return _native.NonFiniteError(message, label, bool(input_nonfinite))
+
+
+def bucket_bytes():
+    """PERSEUS_GRADIENT_BUCKET_BYTES: the most bytes of gradients DistributedOptimizer fuses
+    into one all-reduce (default 4 MiB; 0: one all-reduce per parameter, as Horovod submits)."""
+    raw = os.environ.get("PERSEUS_GRADIENT_BUCKET_BYTES")
+    if raw is None or raw.strip() == "":
+        return 4 << 20
+    try:
+        value = int(raw.strip(), 10)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise _native.PerseusError(
+            "PERSEUS_GRADIENT_BUCKET_BYTES=%s is not a number of bytes: give a whole number >= 0 "
+            "(0 for one all-reduce per parameter), e.g. PERSEUS_GRADIENT_BUCKET_BYTES=4194304"
+            % raw, _native.ERROR_INVALID_ARGUMENT)
+    return value

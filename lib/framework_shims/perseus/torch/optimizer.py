@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-from perseus.torch import _grad, ops
+from perseus.torch import _buckets, _grad, ops
 from perseus.torch.compression import from_env as compression_from_env
 
 
@@ -81,6 +81,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # locally what the all-reduce of one rank would (see _synchronize_alone).
         self._member = self._process_set.included()
         self._alone = self._member and ops.size() == 1
+        # Gradient buckets (see _buckets.py), where no explicit groups are given (one rank
+        # uses them too where synchronize() all-reduces after all).
+        self._buckets = []
+        if self._member and not self._groups:
+            cap = _grad.bucket_bytes()
+            if cap > 0:
+                self._buckets = _buckets.plan(self._requires_update, cap,
+                                              self._allreduce_names)
+        self._bucket_of = {p: b for b in self._buckets for p in b.params}
         if self._member and not self._alone:
             self._register_hooks()
 
@@ -120,7 +129,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if p in self._handles and self._handles[p] is not None and self._delay[p] <= 0:
+            if self._delay[p] <= 0 and (self._handles.get(p) is not None
+                                        or p in self._bucket_of):
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step times before "
                     "step(): call optimizer.step() or optimizer.synchronize() between backward "
@@ -131,6 +141,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return hook
 
     def _submit(self, p):
+        bucket = self._bucket_of.get(p)
+        if bucket is not None:
+            bucket.ready += 1
+            if bucket.ready == len(bucket.params):
+                self._submit_bucket(bucket)
+            return
         group = self._group_of.get(p)
         if group is None:
             self._handles[p] = self._allreduce_async(p)
@@ -169,19 +185,64 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                       set_id=self._set_id)
         return handle, compression, ctx, tensor
 
+    def _submit_bucket(self, bucket):
+        """One all-reduce of the bucket's gradients as one flat tensor (zeros for a parameter
+        without a gradient, as Horovod all-reduces them). Where that would differ from one
+        all-reduce per parameter (a compressor that is not a cast, the NaN check, whose error
+        names the parameter), the bucket's parameters are all-reduced one by one instead;
+        sparse gradients always are."""
+        bucket.ready = 0
+        compression = self._compression or compression_from_env()
+        if not _buckets.elementwise(compression) or _grad.nancheck():
+            for p in bucket.params:
+                self._handles[p] = self._allreduce_async(p)
+            bucket.pending = ()  # submitted, one all-reduce a parameter (in self._handles)
+            return
+        grads, pieces = [], []
+        for p in bucket.params:
+            grad = p.grad
+            if grad is None:
+                grad = p.grad = torch.zeros_like(p)
+            if grad.is_sparse:
+                self._handles[p] = self._allreduce_async(p)
+                grads.append(None)
+                pieces.append(torch.zeros_like(p))
+            else:
+                grads.append(grad)
+                pieces.append(grad)
+        tensor, ctx = compression.compress(_buckets.flatten(pieces))
+        handle = ops._allreduce_async(tensor, tensor, bucket.name, self._op, self._prescale,
+                                      self._postscale, check=False, set_id=self._set_id)
+        bucket.pending = (handle, compression, ctx, grads, pieces)
+
+    def _wait_bucket(self, bucket):
+        handle, compression, ctx, grads, pieces = bucket.pending
+        bucket.pending = None
+        for p in bucket.params:
+            self._delay[p] = self.backward_passes_per_step
+        output = ops.synchronize(handle)
+        _buckets.scatter(compression.decompress(output, ctx), grads, pieces)
+
     def synchronize(self):
         """Waits for every gradient's all-reduce (submitting those whose hook did not run, e.g.
         of parameters that took no part in the loss) and writes the results into .grad."""
         if not self._member or (self._alone and self._synchronize_alone()):
             self._synchronized = True
             return
-        missing = [p for p in self._requires_update if self._handles.get(p) is None]
+        for bucket in self._buckets:
+            if bucket.pending is None:
+                self._submit_bucket(bucket)
+        missing = [p for p in self._requires_update
+                   if self._handles.get(p) is None and p not in self._bucket_of]
         for p in missing:
             self._handles[p] = self._allreduce_async(p)
         for g in self._group_ready:
             g.clear()
         nonfinite = []
         try:
+            for bucket in self._buckets:
+                if bucket.pending:
+                    self._wait_bucket(bucket)
             for p, (handle, compression, ctx, tensor) in self._handles.items():
                 self._delay[p] = self.backward_passes_per_step
                 try:
@@ -198,6 +259,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     p.grad.copy_(result)
         finally:
             self._handles.clear()
+            for bucket in self._buckets:
+                bucket.pending, bucket.ready = None, 0
         if nonfinite:
             first = nonfinite[0]
             names = [e.tensor for e in nonfinite]
@@ -247,7 +310,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
+        if self._handles or any(b.ready or b.pending for b in self._buckets):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize()")
         return super(self.__class__, self).zero_grad(*args, **kwargs)
