@@ -156,6 +156,8 @@ def optimizer_alone(check):
                 named_parameters=m.named_parameters(), compression=compression,
                 backward_passes_per_step=passes, groups=groups)
             check(opt._grad_accs == [], what + ": hooks registered")
+            # The cast round trip goes a bucket at a time (groups: a parameter at a time).
+            check((groups is None) == bool(opt._buckets), what + ": buckets %s" % opt._buckets)
             for step in data:
                 opt.zero_grad()
                 for x, y in step:

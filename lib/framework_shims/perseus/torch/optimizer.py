@@ -7,7 +7,7 @@ import warnings
 import torch
 
 from perseus.torch import _buckets, _grad, ops
-from perseus.torch.compression import from_env as compression_from_env
+from perseus.torch.compression import NoneCompressor, from_env as compression_from_env
 
 
 def _check_unique(names, shown=5):
@@ -285,6 +285,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._requires_update:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+        if compression is NoneCompressor:
+            return True
+        # A cast round trip a bucket (a few kernels, not three a gradient), else a parameter.
+        fused = _buckets.elementwise(compression)
+        for bucket in self._buckets if fused else ():
+            grads = [p.grad for p in bucket.params]
+            flat = _buckets.flatten(grads)
+            tensor, ctx = compression.compress(flat)
+            if tensor is not flat:
+                _buckets.scatter(compression.decompress(tensor, ctx), grads, grads)
+        for p in self._requires_update:
+            if fused and p in self._bucket_of:
+                continue
             tensor, ctx = compression.compress(p.grad)
             if tensor is not p.grad:
                 p.grad.copy_(compression.decompress(tensor, ctx))
