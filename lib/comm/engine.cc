@@ -39,6 +39,14 @@ constexpr auto kSettleAtMost = std::chrono::microseconds(500);
 // blocking calls), the thread stops settling until a cycle finds several requests again.
 constexpr int kLoneCyclesBeforeNoSettle = 3;
 
+// While operations that some rank announced wait for the others, every rank cycles at least
+// this often (each sees the same announcements), so that the cycle after the last rank submits
+// follows within about this time rather than up to a whole cycle time later (every cycle is a
+// collective exchange: a rank that sleeps holds up the others). For at most kPendingPollFor
+// without progress: a rank that is far behind (a long evaluation) is not waited for this eagerly.
+constexpr auto kPendingPoll = std::chrono::microseconds(50);
+constexpr auto kPendingPollFor = std::chrono::milliseconds(50);
+
 // After this long without any work the thread sleeps longer between cycles.
 constexpr auto kIdleAfter = std::chrono::seconds(1);
 constexpr int kIdleFactor = 5;
@@ -572,8 +580,13 @@ void Engine::cycle() {
   }
   {
     std::unique_lock lock(mutex_);
-    const bool idle = Clock::now() - last_work_ > kIdleAfter;
-    const auto sleep = idle ? settings_.cycle_time * kIdleFactor : settings_.cycle_time;
+    const auto now = Clock::now();
+    const bool idle = now - last_work_ > kIdleAfter;
+    auto sleep = std::chrono::duration_cast<std::chrono::microseconds>(
+        idle ? settings_.cycle_time * kIdleFactor : settings_.cycle_time);
+    if (negotiator_.pending() > 0 && now - waiting_since_ < kPendingPollFor) {
+      sleep = std::min<std::chrono::microseconds>(sleep, kPendingPoll);
+    }
     work_.wait_for(lock, sleep,
                    [this] { return !queue_.empty() || shutdown_ || (join_ && !join_announced_); });
   }
@@ -620,6 +633,8 @@ void Engine::cycle() {
     }
   }
   if (!agreed.ready.empty() || !mine.empty()) last_work_ = Clock::now();
+  // Announcements or results are progress: the eager polling for the others starts anew.
+  if (!agreed.ready.empty() || !agreed.announced.empty()) waiting_since_ = Clock::now();
 
   fail_cancelled(agreed);
   run(agreed.ready);

@@ -229,6 +229,9 @@ class Engine {
   std::map<std::string, StallReport> stall_reports_;  // rank 0: the operations stalled now
   std::chrono::steady_clock::time_point last_work_;
   int lone_cycles_ = 0;  // cycles in a row that found one request each (see kLoneCycles...)
+  // Since when operations announced by some rank wait for others, without progress (see
+  // kPendingPoll).
+  std::chrono::steady_clock::time_point waiting_since_;
   std::thread thread_;
 };
 
