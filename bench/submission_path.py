@@ -3,6 +3,7 @@
 small all-reduces cost through the shim, against the same work without communication.
 
     python3 bench/submission_path.py [--ranks 1,2] [--repeats 5] [--json FILE]
+                                     [--horovod PYTHON]
 
 Two measurements, each run as its own `perseusrun -np N` job, runs alternating:
 - step: ms per training step of a model of 100 Linear(32, 32) layers (200 parameter tensors),
@@ -12,7 +13,11 @@ Two measurements, each run as its own `perseusrun -np N` job, runs alternating:
   1000 allreduce_async_ then synchronize, 1000 blocking allreduce_, one grouped_allreduce_,
   and 1000 blocking calls on one tensor (the per-call latency); 5 timed rounds each, the
   median kept.
-The table gives medians over the repeats, the spread (min-max), and step's ratio hvd / none.
+--horovod PYTHON (an interpreter with horovod[pytorch] built with Gloo, its horovodrun beside
+it) adds real Horovod in the same runs: the step with horovod.torch's DistributedOptimizer and
+the small case through horovod.torch, each started by `horovodrun --gloo`, alternating with the
+others. The table gives medians over the repeats, the spread (min-max), and the step's ratio
+against none.
 """
 import argparse
 import json
@@ -26,15 +31,23 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _hvd(kind):
+    if kind == "horovod":
+        import horovod.torch as hvd
+    else:
+        import perseus.torch.horovod as hvd
+    return hvd
+
+
 def worker_step(comm, steps, warmup):
     import torch
-    import perseus.torch.horovod as hvd
+    hvd = _hvd(comm)
     torch.set_num_threads(1)
     hvd.init()
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(100)])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
-    if comm == "hvd":
+    if comm in ("hvd", "horovod"):
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     x, y = torch.randn(16, 32), torch.randn(16, 32)
@@ -56,9 +69,9 @@ def worker_step(comm, steps, warmup):
     hvd.shutdown()
 
 
-def worker_small():
+def worker_small(kind):
     import torch
-    import perseus.torch.horovod as hvd
+    hvd = _hvd(kind)
     torch.set_num_threads(1)
     hvd.init()
     tensors = [torch.ones(1024) for _ in range(1000)]
@@ -96,14 +109,18 @@ def worker_small():
     hvd.shutdown()
 
 
-def launch(args, ranks, worker_args):
+def launch(args, ranks, worker_args, horovod=False):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "lib/framework_shims")] + [
         p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["OMP_NUM_THREADS"] = "1"
     env["CUDA_VISIBLE_DEVICES"] = ""
-    cmd = [args.perseusrun, "-np", str(ranks), "-H", "localhost:%d" % ranks, args.python,
-           os.path.abspath(__file__), "--worker"] + worker_args
+    if horovod:
+        runner = os.path.join(os.path.dirname(args.horovod), "horovodrun")
+        cmd = [runner, "--gloo", "-np", str(ranks), "-H", "localhost:%d" % ranks, args.horovod]
+    else:
+        cmd = [args.perseusrun, "-np", str(ranks), "-H", "localhost:%d" % ranks, args.python]
+    cmd += [os.path.abspath(__file__), "--worker"] + worker_args
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace",
                           timeout=args.timeout, stdin=subprocess.DEVNULL)
     found = dict((m.group(1), float(m.group(2))) for m in
@@ -129,28 +146,36 @@ def main():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--json")
+    parser.add_argument("--horovod", help="a Python with horovod.torch (Gloo): also run Horovod")
     args = parser.parse_args()
     if args.worker is not None:
         if args.worker[0] == "step":
             return worker_step(args.worker[1], int(args.worker[2]), 20)
-        return worker_small()
+        return worker_small(args.worker[1] if len(args.worker) > 1 else "perseus")
+    kinds = ["none", "hvd"] + (["horovod"] if args.horovod else [])
 
     results = {}
     print("# %s, %d CPUs, python %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), os.cpu_count(),
                                         sys.version.split()[0]), flush=True)
     for ranks in [int(r) for r in args.ranks.split(",")]:
-        step = {"none": [], "hvd": []}
+        step = {kind: [] for kind in kinds}
         for repeat in range(args.repeats):
-            for comm in ("none", "hvd"):
-                value = launch(args, ranks, ["step", comm, str(args.steps)])["step"]
+            for comm in kinds:
+                value = launch(args, ranks, ["step", comm, str(args.steps)],
+                               horovod=comm == "horovod")["step"]
                 step[comm].append(value)
-                print("np %d step %-4s repeat %d: %.3f ms" % (ranks, comm, repeat, value),
+                print("np %d step %-7s repeat %d: %.3f ms" % (ranks, comm, repeat, value),
                       flush=True)
-        small = {}
+        small = {kind: {} for kind in kinds[1:]}
         for repeat in range(args.repeats):
-            for key, value in launch(args, ranks, ["small"]).items():
-                small.setdefault(key, []).append(value)
-        results[ranks] = {"step": step, "small": small}
+            for kind in kinds[1:]:
+                name = "perseus" if kind == "hvd" else kind
+                for key, value in launch(args, ranks, ["small", name],
+                                         horovod=kind == "horovod").items():
+                    small[kind].setdefault(key, []).append(value)
+        results[ranks] = {"step": step, "small": small["hvd"]}
+        if args.horovod:
+            results[ranks]["horovod"] = {"step": step.pop("horovod"), "small": small["horovod"]}
 
     print()
     print("| ranks | step, no communication (ms) | step, DistributedOptimizer (ms) | ratio | "
@@ -162,6 +187,20 @@ def main():
             ranks, spread(r["step"]["none"]), spread(r["step"]["hvd"]), ratio,
             spread(r["small"]["async"]), spread(r["small"]["blocking"]),
             spread(r["small"]["grouped"]), spread(r["small"]["call_us"])))
+    if args.horovod:
+        print()
+        print("Real Horovod (%s), the same runs:" % args.horovod)
+        print()
+        print("| ranks | step, Horovod DistributedOptimizer (ms) | ratio to no communication | "
+              "1000 x 4 KB async (ms) | blocking (ms) | grouped (ms) | one blocking call (us) |")
+        print("|---|---|---|---|---|---|---|")
+        for ranks, r in results.items():
+            h = r["horovod"]
+            ratio = statistics.median(h["step"]) / statistics.median(r["step"]["none"])
+            print("| %d | %s | %.2fx | %s | %s | %s | %s |" % (
+                ranks, spread(h["step"]), ratio, spread(h["small"]["async"]),
+                spread(h["small"]["blocking"]), spread(h["small"]["grouped"]),
+                spread(h["small"]["call_us"])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({str(k): v for k, v in results.items()}, f, indent=1)

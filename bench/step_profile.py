@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Where a DistributedOptimizer step goes (issue 17's profile): the 200-tensor step of
+bench/submission_path.py split into forward, backward (the hooks run inside it), synchronize()
+and the optimizer's own step, per rank count and gradient-bucket size, with libperseus's
+timeline (PERSEUS_TIMELINE) summarised: negotiation and all-reduce times per step.
+
+    python3 bench/step_profile.py [--ranks 1,2] [--buckets 4194304,262144,0] [--steps 100]
+
+Each cell is the median over the timed steps of rank 0 (20 warm-up steps first).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PHASES = ("forward", "backward", "synchronize", "step")
+
+
+def worker(steps):
+    import torch
+    import perseus.torch.horovod as hvd
+    torch.set_num_threads(1)
+    hvd.init()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(100)])
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.001),
+                                   named_parameters=model.named_parameters())
+    x, y = torch.randn(16, 32), torch.randn(16, 32)
+    times = {k: [] for k in PHASES}
+    for i in range(20 + steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.synchronize()
+        t3 = time.perf_counter()
+        with opt.skip_synchronize():
+            opt.step()
+        t4 = time.perf_counter()
+        if i >= 20:
+            for k, a, b in zip(PHASES, (t0, t1, t2, t3), (t1, t2, t3, t4)):
+                times[k].append((b - a) * 1000)
+    if hvd.rank() == 0:
+        print("RESULT " + json.dumps({k: statistics.median(v) for k, v in times.items()}
+                                     | {"buckets": len(opt._buckets)}), flush=True)
+    hvd.shutdown()
+
+
+def timeline_summary(path):
+    """Median us per all-reduce of negotiation and of the all-reduce itself (rank 0's view)."""
+    with open(path) as f:
+        text = f.read().rstrip().rstrip(",")
+    events = json.loads(text if text.endswith("]") else text + "]")
+    open_at, spans = {}, {}
+    for e in events:
+        if e.get("ph") == "B":
+            open_at[e["pid"]] = (e["name"], e["ts"])
+        elif e.get("ph") == "E" and e["pid"] in open_at:
+            name, ts = open_at.pop(e["pid"])
+            spans.setdefault(name, []).append(e["ts"] - ts)
+        elif e.get("ph") == "X":
+            spans.setdefault(e["name"], []).append(e["dur"])
+    return {k: (statistics.median(v), len(v)) for k, v in spans.items() if "BARRIER" not in k}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--worker", type=int)
+    parser.add_argument("--perseusrun", default=os.path.join(ROOT, "build/apps/perseusrun/"
+                                                                   "perseusrun"))
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--ranks", default="1,2")
+    parser.add_argument("--buckets", default="4194304,262144,0")
+    parser.add_argument("--steps", type=int, default=100)
+    args = parser.parse_args()
+    if args.worker is not None:
+        return worker(args.worker)
+    print("| ranks | bucket bytes | buckets | forward | backward | synchronize | step | "
+          "per step: negotiations (median us) | all-reduces (median us) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for ranks in [int(r) for r in args.ranks.split(",")]:
+        for bucket in args.buckets.split(","):
+            with tempfile.TemporaryDirectory() as tmp:
+                trace = os.path.join(tmp, "timeline.json")
+                env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
+                           PERSEUS_GRADIENT_BUCKET_BYTES=bucket, PERSEUS_TIMELINE=trace)
+                env["PYTHONPATH"] = os.pathsep.join(
+                    [os.path.join(ROOT, "lib/framework_shims")] +
+                    [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+                cmd = [args.perseusrun, "-np", str(ranks), "-H", "localhost:%d" % ranks,
+                       args.python, os.path.abspath(__file__), "--worker", str(args.steps)]
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                      errors="replace", timeout=300, stdin=subprocess.DEVNULL)
+                line = [x for x in proc.stdout.splitlines() if "RESULT " in x]
+                if proc.returncode != 0 or not line:
+                    raise SystemExit("failed: %s\n%s\n%s" % (" ".join(cmd), proc.stdout[-3000:],
+                                                              proc.stderr[-3000:]))
+                r = json.loads(line[0].split("RESULT ", 1)[1])
+                spans = timeline_summary(trace) if os.path.exists(trace) else {}
+            steps = 20 + args.steps
+            neg = spans.get("NEGOTIATE_ALLREDUCE", (0, 0))
+            red = [v for k, v in spans.items() if k.endswith("ALLREDUCE") and
+                   not k.startswith("NEGOTIATE") and k != "ALLREDUCE"]
+            print("| %d | %s | %d | %s | %.1f x %.0f | %s |" % (
+                ranks, bucket, r["buckets"], " | ".join("%.3f" % r[k] for k in PHASES),
+                neg[1] / steps, neg[0],
+                ", ".join("%.1f x %.0f" % (v[1] / steps, v[0]) for v in red) or "-"),
+                flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
