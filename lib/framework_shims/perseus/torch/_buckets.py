@@ -19,7 +19,8 @@ class Bucket:
         self.params = params
         self.name = name
         self.ready = 0  # how many of params have their gradient this step
-        self.pending = None  # (Handle, compressor, context, [gradient or None]) once submitted
+        self.pending = None  # (Handle, compressor, context, [gradient or None]) once submitted,
+        # () when its parameters went one by one (in the optimizer's _handles)
 
 
 def plan(params, cap, names):
@@ -50,13 +51,12 @@ def elementwise(compression):
             and compression.decompress is _CastCompressor.decompress)
 
 
-def flatten(tensors):
-    return _flatten_dense_tensors(tensors)
+flatten = _flatten_dense_tensors  # one contiguous tensor of the tensors' elements, in order
 
 
 def scatter(flat, grads, shapes_of):
-    """Copies the pieces of the reduced `flat` back into `grads` (None: skipped), whose layout
-    in flat is that of `shapes_of`."""
+    """Copies the pieces of the reduced `flat` back into `grads` (None: skipped); `shapes_of`
+    (the gradients' parameters, say) gives each piece's shape, in order."""
     views = _unflatten_dense_tensors(flat, shapes_of)
     targets = [g for g in grads if g is not None]
     sources = [v for g, v in zip(grads, views) if g is not None]

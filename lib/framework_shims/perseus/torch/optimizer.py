@@ -213,15 +213,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         tensor, ctx = compression.compress(_buckets.flatten(pieces))
         handle = ops._allreduce_async(tensor, tensor, bucket.name, self._op, self._prescale,
                                       self._postscale, check=False, set_id=self._set_id)
-        bucket.pending = (handle, compression, ctx, grads, pieces)
+        bucket.pending = (handle, compression, ctx, grads)
 
     def _wait_bucket(self, bucket):
-        handle, compression, ctx, grads, pieces = bucket.pending
+        handle, compression, ctx, grads = bucket.pending
         bucket.pending = None
         for p in bucket.params:
             self._delay[p] = self.backward_passes_per_step
         output = ops.synchronize(handle)
-        _buckets.scatter(compression.decompress(output, ctx), grads, pieces)
+        _buckets.scatter(compression.decompress(output, ctx), grads, bucket.params)
 
     def synchronize(self):
         """Waits for every gradient's all-reduce (submitting those whose hook did not run, e.g.
