@@ -2,7 +2,9 @@
 """Where a DistributedOptimizer step goes (issue 17's profile): the 200-tensor step of
 bench/submission_path.py split into forward, backward (the hooks run inside it), synchronize()
 and the optimizer's own step, per rank count and gradient-bucket size, with libperseus's
-timeline (PERSEUS_TIMELINE) summarised: negotiation and all-reduce times per step.
+timeline (PERSEUS_TIMELINE) summarised: negotiation and all-reduce times per step, and rank 0's
+synchronize() split in two: waiting for the last rank to end its backward pass ("wait for the
+last", the ranks' skew, which a job without communication never pays) and what follows it.
 
     python3 bench/step_profile.py [--ranks 1,2] [--buckets 4194304,262144,0] [--steps 100]
 
@@ -32,24 +34,33 @@ def worker(steps):
                                    named_parameters=model.named_parameters())
     x, y = torch.randn(16, 32), torch.randn(16, 32)
     times = {k: [] for k in PHASES}
+    ends = []  # (backward's end, synchronize's end) of each timed step, time.monotonic()
     for i in range(20 + steps):
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
-        t1 = time.perf_counter()
+        t1 = time.monotonic()
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = time.monotonic()
         opt.synchronize()
-        t3 = time.perf_counter()
+        t3 = time.monotonic()
         with opt.skip_synchronize():
             opt.step()
-        t4 = time.perf_counter()
+        t4 = time.monotonic()
         if i >= 20:
             for k, a, b in zip(PHASES, (t0, t1, t2, t3), (t1, t2, t3, t4)):
                 times[k].append((b - a) * 1000)
+            ends.append((t2, t3))
+    # CLOCK_MONOTONIC is one clock for every process of the host: the ranks' times compare.
+    everyone = hvd.allgather_object(ends, name="step_profile.ends")
     if hvd.rank() == 0:
+        last = [max(rank[i][0] for rank in everyone) for i in range(len(ends))]
+        wait = [(t - e[0]) * 1000 for t, e in zip(last, ends)]
+        after = [(e[1] - t) * 1000 for t, e in zip(last, ends)]
         print("RESULT " + json.dumps({k: statistics.median(v) for k, v in times.items()}
-                                     | {"buckets": len(opt._buckets)}), flush=True)
+                                     | {"buckets": len(opt._buckets),
+                                        "wait": statistics.median(wait),
+                                        "after": statistics.median(after)}), flush=True)
     hvd.shutdown()
 
 
@@ -83,8 +94,9 @@ def main():
     if args.worker is not None:
         return worker(args.worker)
     print("| ranks | bucket bytes | buckets | forward | backward | synchronize | step | "
+          "sync: wait for the last | sync: after the last | "
           "per step: negotiations (median us) | all-reduces (median us) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for ranks in [int(r) for r in args.ranks.split(",")]:
         for bucket in args.buckets.split(","):
             with tempfile.TemporaryDirectory() as tmp:
@@ -108,8 +120,9 @@ def main():
             neg = spans.get("NEGOTIATE_ALLREDUCE", (0, 0))
             red = [v for k, v in spans.items() if k.endswith("ALLREDUCE") and
                    not k.startswith("NEGOTIATE") and k != "ALLREDUCE"]
-            print("| %d | %s | %d | %s | %.1f x %.0f | %s |" % (
+            print("| %d | %s | %d | %s | %.3f | %.3f | %.1f x %.0f | %s |" % (
                 ranks, bucket, r["buckets"], " | ".join("%.3f" % r[k] for k in PHASES),
+                r["wait"], r["after"],
                 neg[1] / steps, neg[0],
                 ", ".join("%.1f x %.0f" % (v[1] / steps, v[0]) for v in red) or "-"),
                 flush=True)
