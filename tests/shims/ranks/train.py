@@ -154,6 +154,32 @@ def mixed_training(check, n, me):
           "the channels_last gradient keeps its layout")
 
 
+def moved_training(check, n, me, data):
+    """A model converted to float64 after its DistributedOptimizer made its first step
+    (module.double() keeps the Parameter objects): the buckets' flat buffers, made in float32,
+    must follow, or the float64 gradients would go through float32 (rounded to 1e-7)."""
+    model, ref = make_model(), make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters())
+    loss_fn = nn.CrossEntropyLoss()
+    (x, y), (x2, y2) = data[0][0], data[1][0]
+    opt.zero_grad()
+    loss_fn(model(shard(x, n, me)), shard(y, n, me)).backward()
+    opt.step()  # lr 0: the parameters stay those of ref
+    model.double()
+    ref.double()
+    opt.zero_grad()
+    loss_fn(model(shard(x2.double(), n, me)), shard(y2, n, me)).backward()
+    opt.synchronize()
+    loss_fn(ref(x2.double()), y2).backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        check(p.grad.dtype == torch.float64, "float64 gradient of %s" % name)
+        check.close(p.grad, q.grad, "gradient of %s after model.double()" % name, rtol=1e-10,
+                    atol=1e-13)
+    with opt.skip_synchronize():
+        opt.step()
+
+
 def horovod_optimizer_state(check, n, me):
     """_parameter_names as Horovod's (default names the same on every rank), and
     broadcast_optimizer_state of an optimizer that never stepped, with a parameter that needs
@@ -301,6 +327,7 @@ def main():
     sparse_gradients(check, n, me)
     irregular_training(check, n, me, data)
     mixed_training(check, n, me)
+    moved_training(check, n, me, data)
 
     # SyncBatchNorm over uneven batches (rank r has r + 2 rows) vs BatchNorm on all of them.
     for dims in (2, 4):

@@ -210,7 +210,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 grads.append(grad)
                 pieces.append(grad)
-        tensor, ctx = compression.compress(_buckets.flatten(pieces))
+        tensor, ctx = compression.compress(bucket.flatten(pieces))
         handle = ops._allreduce_async(tensor, tensor, bucket.name, self._op, self._prescale,
                                       self._postscale, check=False, set_id=self._set_id)
         bucket.pending = (handle, compression, ctx, grads)
@@ -221,7 +221,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in bucket.params:
             self._delay[p] = self.backward_passes_per_step
         output = ops.synchronize(handle)
-        _buckets.scatter(compression.decompress(output, ctx), grads, bucket.params)
+        bucket.scatter(compression.decompress(output, ctx), grads)
 
     def synchronize(self):
         """Waits for every gradient's all-reduce (submitting those whose hook did not run, e.g.
@@ -291,10 +291,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         fused = _buckets.elementwise(compression)
         for bucket in self._buckets if fused else ():
             grads = [p.grad for p in bucket.params]
-            flat = _buckets.flatten(grads)
+            flat = bucket.flatten(grads)
             tensor, ctx = compression.compress(flat)
             if tensor is not flat:
-                _buckets.scatter(compression.decompress(tensor, ctx), grads, grads)
+                bucket.scatter(compression.decompress(tensor, ctx), grads)
         for p in self._requires_update:
             if fused and p in self._bucket_of:
                 continue
