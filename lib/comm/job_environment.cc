@@ -4,43 +4,33 @@
 #include <limits>
 
 #include "lib/comm/error.h"
+#include "lib/rendezvous/job_contract.h"
 
 namespace perseus::comm {
 
 namespace {
 
-// Set by perseusrun (lib/launch/rank_environment.cc), Open MPI, PMIx, Slurm, MPICH's Hydra,
-// torchrun and horovodrun for each rank they start. Only the ones that place a rank: tuning
+// Set by Open MPI, PMIx, Slurm, MPICH's Hydra, torchrun and horovodrun for each rank they
+// start (perseusrun's own: contract::kLauncherVariables). Only the ones that place a rank: tuning
 // variables (PERSEUS_SHM, OMPI_MCA_*) are often exported for every shell.
-constexpr const char *kLauncherVariables[] = {"PERSEUS_RENDEZVOUS_ADDR",
-                                              "PERSEUS_RENDEZVOUS_PORT",
-                                              "PERSEUS_SECRET_FILE",
-                                              "PERSEUS_RANK",
-                                              "PERSEUS_SIZE",
-                                              "PERSEUS_LOCAL_RANK",
-                                              "PERSEUS_LOCAL_SIZE",
-                                              "PERSEUS_CROSS_RANK",
-                                              "PERSEUS_CROSS_SIZE",
-                                              "PERSEUS_NODE_RANK",
-                                              "PERSEUS_JOB_ID",
-                                              "OMPI_COMM_WORLD_SIZE",
-                                              "OMPI_COMM_WORLD_RANK",
-                                              "OMPI_COMM_WORLD_LOCAL_RANK",
-                                              "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                              "OMPI_COMM_WORLD_NODE_RANK",
-                                              "PMIX_RANK",
-                                              "PMIX_NAMESPACE",
-                                              "SLURM_PROCID",
-                                              "SLURM_NTASKS",
-                                              "PMI_RANK",
-                                              "PMI_SIZE",
-                                              "RANK",
-                                              "WORLD_SIZE",
-                                              "LOCAL_RANK",
-                                              "LOCAL_WORLD_SIZE",
-                                              "TORCHELASTIC_RUN_ID",
-                                              "HOROVOD_RANK",
-                                              "HOROVOD_SIZE"};
+constexpr const char *kOtherLaunchersVariables[] = {"OMPI_COMM_WORLD_SIZE",
+                                                    "OMPI_COMM_WORLD_RANK",
+                                                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                    "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                    "OMPI_COMM_WORLD_NODE_RANK",
+                                                    "PMIX_RANK",
+                                                    "PMIX_NAMESPACE",
+                                                    "SLURM_PROCID",
+                                                    "SLURM_NTASKS",
+                                                    "PMI_RANK",
+                                                    "PMI_SIZE",
+                                                    "RANK",
+                                                    "WORLD_SIZE",
+                                                    "LOCAL_RANK",
+                                                    "LOCAL_WORLD_SIZE",
+                                                    "TORCHELASTIC_RUN_ID",
+                                                    "HOROVOD_RANK",
+                                                    "HOROVOD_SIZE"};
 
 std::string required(Lookup lookup, const char *name) {
   const char *value = lookup(name);
@@ -87,16 +77,17 @@ std::chrono::milliseconds seconds_or(Lookup lookup, const char *name,
 // Ranks and sizes must agree with each other; perseusrun always sets them so, but a user may
 // have copied a few variables by hand.
 void check_places(const JobEnvironment &e) {
-  const auto place = [](int rank, int size, const char *what) {
+  const auto place = [](int rank, int size, const char *rank_name, const char *size_name) {
     if (rank >= size) {
-      throw Error(Code::kRendezvous, std::string(what) + " rank " + std::to_string(rank) +
-                                         " is not below its size " + std::to_string(size) +
+      throw Error(Code::kRendezvous, std::string(rank_name) + "/" + size_name + ": rank " +
+                                         std::to_string(rank) + " is not below its size " +
+                                         std::to_string(size) +
                                          ": the PERSEUS_* variables disagree");
     }
   };
-  place(e.rank, e.size, "PERSEUS_RANK/PERSEUS_SIZE:");
-  place(e.local_rank, e.local_size, "PERSEUS_LOCAL_RANK/PERSEUS_LOCAL_SIZE:");
-  place(e.cross_rank, e.cross_size, "PERSEUS_CROSS_RANK/PERSEUS_CROSS_SIZE:");
+  place(e.rank, e.size, contract::kRank, contract::kSize);
+  place(e.local_rank, e.local_size, contract::kLocalRank, contract::kLocalSize);
+  place(e.cross_rank, e.cross_size, contract::kCrossRank, contract::kCrossSize);
 }
 
 }  // namespace
@@ -106,20 +97,20 @@ JobEnvironment read_job_environment(Lookup lookup) {
   JobEnvironment e;
   // The rendezvous address first: its absence means "not under perseusrun", the one message
   // a user starting the program by hand needs.
-  e.rendezvous_addr = required(lookup, "PERSEUS_RENDEZVOUS_ADDR");
-  e.rendezvous_port = required_int(lookup, "PERSEUS_RENDEZVOUS_PORT", 1, 65535);
-  e.secret_file = required(lookup, "PERSEUS_SECRET_FILE");
-  e.rank = required_int(lookup, "PERSEUS_RANK", 0, kMax);
-  e.size = required_int(lookup, "PERSEUS_SIZE", 1, kMax);
-  e.local_rank = required_int(lookup, "PERSEUS_LOCAL_RANK", 0, kMax);
-  e.local_size = required_int(lookup, "PERSEUS_LOCAL_SIZE", 1, kMax);
-  e.cross_rank = required_int(lookup, "PERSEUS_CROSS_RANK", 0, kMax);
-  e.cross_size = required_int(lookup, "PERSEUS_CROSS_SIZE", 1, kMax);
-  const char *node_rank = lookup("PERSEUS_NODE_RANK");
+  e.rendezvous_addr = required(lookup, contract::kRendezvousAddr);
+  e.rendezvous_port = required_int(lookup, contract::kRendezvousPort, 1, 65535);
+  e.secret_file = required(lookup, contract::kSecretFile);
+  e.rank = required_int(lookup, contract::kRank, 0, kMax);
+  e.size = required_int(lookup, contract::kSize, 1, kMax);
+  e.local_rank = required_int(lookup, contract::kLocalRank, 0, kMax);
+  e.local_size = required_int(lookup, contract::kLocalSize, 1, kMax);
+  e.cross_rank = required_int(lookup, contract::kCrossRank, 0, kMax);
+  e.cross_size = required_int(lookup, contract::kCrossSize, 1, kMax);
+  const char *node_rank = lookup(contract::kNodeRank);
   if (node_rank && *node_rank) {
-    e.node_rank = parse_int(node_rank, "PERSEUS_NODE_RANK", 0, kMax, Code::kRendezvous);
+    e.node_rank = parse_int(node_rank, contract::kNodeRank, 0, kMax, Code::kRendezvous);
   }
-  const char *job_id = lookup("PERSEUS_JOB_ID");
+  const char *job_id = lookup(contract::kJobId);
   e.job_id = job_id ? job_id : "";
   check_places(e);
   read_tuning(lookup, e);
@@ -128,10 +119,12 @@ JobEnvironment read_job_environment(Lookup lookup) {
 
 std::string launcher_variables(Lookup lookup) {
   std::string found;
-  for (const char *name : kLauncherVariables) {
+  const auto add = [&](const char *name) {
     const char *value = lookup(name);
     if (value && *value) found += (found.empty() ? "" : ", ") + std::string(name) + "=" + value;
-  }
+  };
+  for (const char *name : contract::kLauncherVariables) add(name);
+  for (const char *name : kOtherLaunchersVariables) add(name);
   return found;
 }
 

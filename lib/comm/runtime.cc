@@ -21,6 +21,7 @@
 #include "lib/comm/shm/local_allreduce.h"
 #include "lib/comm/solo/backend.h"
 #include "lib/rendezvous/client.h"
+#include "lib/rendezvous/job_contract.h"
 #include "lib/rendezvous/wire.h"
 
 namespace perseus::comm {
@@ -188,7 +189,7 @@ Runtime::Runtime(JobEnvironment job, EngineSettings settings, int generation, Al
 }
 
 // A rank that has ended can take part in no further collective: once perseusrun says one has
-// ("perseus/exit/first"), operations that have waited kStuckAfter more fail naming it, even if
+// (contract::kFirstExitKey), operations that have waited kStuckAfter more fail naming it, even if
 // the transport never notices the lost connection (a TCP peer that vanished without a reset, a
 // wait that missed the close). Polls once a second while the runtime lives.
 void Runtime::watch_for_ended_peers() {
@@ -202,8 +203,8 @@ void Runtime::watch_for_ended_peers() {
     if (ended.empty()) {
       try {
         std::lock_guard store_lock(store_mutex_);
-        if (store_->check("perseus/exit/first")) {
-          ended = store_->get("perseus/exit/first", std::chrono::seconds(1));
+        if (store_->check(contract::kFirstExitKey)) {
+          ended = store_->get(contract::kFirstExitKey, std::chrono::seconds(1));
         }
       } catch (const std::exception &) {
         break;  // the launcher is gone: the transport's own errors must do
@@ -254,7 +255,7 @@ void Runtime::stop_watchdog() {
   if (watchdog_.joinable()) watchdog_.join();
 }
 
-// perseusrun publishes "perseus/exit/<rank>" in the store when a rank's process ends (how, and
+// perseusrun publishes contract::exit_key(rank) in the store when a rank's process ends (how, and
 // where). After a lost connection, the peer that ended is usually already there; a survivor
 // may notice a moment before the launcher does, so this waits a little.
 std::atomic<bool> &process_exiting() {
@@ -271,7 +272,7 @@ std::string Runtime::lost_peers() {
       std::string found;
       for (int r = 0; r < job_.size && !process_exiting(); ++r) {
         if (r == job_.rank) continue;
-        const std::string key = "perseus/exit/" + std::to_string(r);
+        const std::string key = contract::exit_key(r);
         std::lock_guard lock(store_mutex_);
         if (store_->check(key)) {
           found += (found.empty() ? "" : "; ") + store_->get(key, std::chrono::seconds(1));
@@ -291,7 +292,7 @@ std::string Runtime::exit_notes(const std::vector<int> &ranks) {
   std::string found;
   try {
     for (int r : ranks) {
-      const std::string key = "perseus/exit/" + std::to_string(r);
+      const std::string key = contract::exit_key(r);
       std::lock_guard lock(store_mutex_);
       if (store_->check(key)) {
         found += (found.empty() ? "" : "; ") + store_->get(key, std::chrono::seconds(1));

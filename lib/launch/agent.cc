@@ -26,6 +26,7 @@
 #include "lib/launch/process_tree.h"
 #include "lib/launch/rank_process.h"
 #include "lib/launch/secret_file.h"
+#include "lib/rendezvous/job_contract.h"
 #include "perseus/config.h"
 
 extern char **environ;
@@ -248,7 +249,7 @@ void Agent::start_ranks() {
     RankCommand command;
     EnvironmentChanges environment = job_.common_environment;
     environment.insert(environment.end(), launch.environment.begin(), launch.environment.end());
-    if (secret_) environment.emplace_back("PERSEUS_SECRET_FILE", secret_->path());
+    if (secret_) environment.emplace_back(contract::kSecretFile, secret_->path());
     command.environment = merged_environment(environment);
     check_no_nul(command.environment, "the environment of rank " + std::to_string(launch.rank));
     command.argv = job_.argv;

@@ -31,6 +31,7 @@
 #include "lib/launch/log.h"
 #include "lib/launch/output_router.h"
 #include "lib/launch/output_sink.h"
+#include "lib/rendezvous/job_contract.h"
 #include "lib/rendezvous/server.h"
 #include "perseus/config.h"
 
@@ -81,22 +82,22 @@ void find_shims(JobFacts &facts) {
   const std::filesystem::path dir = self.parent_path();
   std::filesystem::path package;
   for (const auto &candidate : package_candidates(dir.parent_path())) {
-    if (std::filesystem::exists(candidate / "perseus/__init__.py", error)) {
+    if (std::filesystem::exists(candidate / "perseus/__init__.py", error)) {  // the package
       package = std::filesystem::weakly_canonical(candidate, error);
       const char *user = getenv("PYTHONPATH");
       facts.python_path = package.string() + (user && *user ? std::string(":") + user : "");
       break;
     }
   }
-  const char *library = getenv("PERSEUS_LIBRARY");
+  const char *library = getenv(contract::kLibrary);
   if (library && *library) {
     facts.library = library;
     return;
   }
   std::vector<std::filesystem::path> libraries{
       dir / ".." / PERSEUS_INSTALL_LIBDIR / "libperseus.so.0",
-      dir / "../../lib/comm/libperseus.so"};
-  if (!package.empty()) libraries.insert(libraries.begin(), package / "perseus/lib/libperseus.so");
+      dir / "../.." / contract::kBuildTreeLibrary};
+  if (!package.empty()) libraries.insert(libraries.begin(), package / contract::kPackagedLibrary);
   for (const auto &candidate : libraries) {
     if (std::filesystem::exists(candidate, error)) {
       facts.library = std::filesystem::absolute(candidate, error).lexically_normal().string();
@@ -156,6 +157,7 @@ class Launcher {
   void watch_agents();
   void agent_lost(Agent &agent);
   void publish_lost_ranks(const Agent &agent, const std::string &why);
+  void publish_exit(int rank, const std::string &note);
   void handle_signals();
   void forward_stdin();
   void end_job(double grace_seconds);
@@ -492,12 +494,7 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
     const std::string note = "rank " + std::to_string(exited.rank) + " (host " +
                              agent.link->host() + ", pid " + std::to_string(exited.pid) + ") " +
                              how;
-    rendezvous_->publish("perseus/exit/" + std::to_string(exited.rank), note);
-    // One key for "some rank has ended", so that ranks can watch for it cheaply.
-    if (!first_exit_published_) {
-      rendezvous_->publish("perseus/exit/first", note);
-      first_exit_published_ = true;
-    }
+    publish_exit(exited.rank, note);
   }
   if ((exited.exit_code != 0 || exited.signal != 0) && !ending_) {
     new_failures_.push_back(exited);
@@ -584,12 +581,18 @@ void Launcher::publish_lost_ranks(const Agent &agent, const std::string &why) {
     const std::string note = "rank " + std::to_string(place.rank) + " was lost with host " +
                              agent.link->host() + " (" +
                              without_host_prefix(why, agent.link->host()) + ")";
-    rendezvous_->publish("perseus/exit/" + std::to_string(place.rank), note);
-    if (!first_exit_published_) {
-      rendezvous_->publish("perseus/exit/first", note);
-      first_exit_published_ = true;
-    }
+    publish_exit(place.rank, note);
     ended_ranks_.insert(place.rank);
+  }
+}
+
+// How a rank ended, in the store for the ranks still waiting on it (lib/rendezvous/job_contract.h),
+// and the first such note under one key too, so that ranks can watch for it cheaply.
+void Launcher::publish_exit(int rank, const std::string &note) {
+  rendezvous_->publish(contract::exit_key(rank), note);
+  if (!first_exit_published_) {
+    rendezvous_->publish(contract::kFirstExitKey, note);
+    first_exit_published_ = true;
   }
 }
 

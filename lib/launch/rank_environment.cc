@@ -1,5 +1,7 @@
 #include "lib/launch/rank_environment.h"
 
+#include "lib/rendezvous/job_contract.h"
+
 namespace perseus::launch {
 
 EnvironmentChanges rank_environment(const Placement &placement, int rank, const JobFacts &job) {
@@ -38,20 +40,20 @@ EnvironmentChanges rank_environment(const Placement &placement, int rank, const 
       {"HOROVOD_LOCAL_SIZE", local_size},
       {"HOROVOD_CROSS_RANK", cross_rank},
       {"HOROVOD_CROSS_SIZE", cross_size},
-      // Perseus.
-      {"PERSEUS_RANK", r},
-      {"PERSEUS_SIZE", size},
-      {"PERSEUS_LOCAL_RANK", local_rank},
-      {"PERSEUS_LOCAL_SIZE", local_size},
-      {"PERSEUS_CROSS_RANK", cross_rank},
-      {"PERSEUS_CROSS_SIZE", cross_size},
-      {"PERSEUS_NODE_RANK", node_rank},
-      {"PERSEUS_NUM_NODES", nodes},
-      {"PERSEUS_JOB_ID", job.job_id},
-      {"PERSEUS_RENDEZVOUS_ADDR", job.rendezvous_addr},
-      {"PERSEUS_RENDEZVOUS_PORT", std::to_string(job.rendezvous_port)},
+      // Perseus (lib/rendezvous/job_contract.h).
+      {contract::kRank, r},
+      {contract::kSize, size},
+      {contract::kLocalRank, local_rank},
+      {contract::kLocalSize, local_size},
+      {contract::kCrossRank, cross_rank},
+      {contract::kCrossSize, cross_size},
+      {contract::kNodeRank, node_rank},
+      {contract::kNumNodes, nodes},
+      {contract::kJobId, job.job_id},
+      {contract::kRendezvousAddr, job.rendezvous_addr},
+      {contract::kRendezvousPort, std::to_string(job.rendezvous_port)},
   };
-  if (!job.library.empty()) changes.emplace_back("PERSEUS_LIBRARY", job.library);
+  if (!job.library.empty()) changes.emplace_back(contract::kLibrary, job.library);
   if (!job.python_path.empty()) changes.emplace_back("PYTHONPATH", job.python_path);
   return changes;
 }

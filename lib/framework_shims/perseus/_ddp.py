@@ -19,7 +19,7 @@ import queue
 import sys
 import threading
 
-from perseus import _native
+from perseus import _contract, _native
 
 _TARGET = "torch.nn.parallel.distributed"
 STATS = {"models": 0, "buckets": 0, "compressed": 0, "skipped": ""}
@@ -115,7 +115,7 @@ def _init_here():
     """perseus_init under perseusrun (or mpirun); elsewhere (torchrun,
     torch.distributed.launch) through torch.distributed's own store, when it is initialised."""
     import os
-    if os.environ.get("PERSEUS_RENDEZVOUS_ADDR") or os.environ.get("OMPI_COMM_WORLD_SIZE"):
+    if os.environ.get(_contract.RENDEZVOUS_ADDR) or os.environ.get("OMPI_COMM_WORLD_SIZE"):
         return _native.init()
     import socket
     import torch.distributed as dist

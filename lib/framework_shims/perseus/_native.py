@@ -18,6 +18,8 @@ import re
 import sys
 import threading
 
+from perseus import _contract
+
 # perseus_result_t
 SUCCESS = 0
 ERROR_INVALID_ARGUMENT = -1
@@ -145,17 +147,17 @@ _lib_lock = threading.Lock()
 
 
 def _candidates():
-    env = os.environ.get("PERSEUS_LIBRARY")
+    env = os.environ.get(_contract.LIBRARY)
     if env:
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
     found = []
-    packaged = os.path.join(here, "lib", "libperseus.so")
+    packaged = os.path.join(os.path.dirname(here), _contract.PACKAGED_LIBRARY)
     if os.path.exists(packaged):
         found.append(packaged)
     # <repo>/lib/framework_shims/perseus -> <repo>/build/lib/comm/libperseus.so
     repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
-    built = os.path.join(repo, "build", "lib", "comm", "libperseus.so")
+    built = os.path.join(repo, "build", _contract.BUILD_TREE_LIBRARY)
     if os.path.exists(built):
         found.append(built)
     system = ctypes.util.find_library("perseus")
