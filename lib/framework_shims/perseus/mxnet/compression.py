@@ -2,18 +2,10 @@
 float64 gradients travel as float16 and are cast back after the all-reduce)."""
 import numpy as np
 
-
-class NoneCompressor:
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from perseus._compression import Compressor, NoneCompressor  # noqa: F401 - re-exported
 
 
-class FP16Compressor:
+class FP16Compressor(Compressor):
     @staticmethod
     def compress(tensor):
         dtype = np.dtype(tensor.dtype)

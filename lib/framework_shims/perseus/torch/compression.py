@@ -1,27 +1,7 @@
 """Gradient compression for allreduce and DistributedOptimizer, as Horovod's Compression."""
 import torch
 
-
-class Compressor:
-    """compress(tensor) -> (tensor to send, context); decompress(tensor, context) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from perseus._compression import Compressor, NoneCompressor
 
 
 class _CastCompressor(Compressor):

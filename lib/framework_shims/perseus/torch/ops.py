@@ -3,18 +3,17 @@ import pickle
 
 import torch
 
-from perseus import _native
+from perseus import _native, _process, _reduction_ops
 from perseus._native import DuplicateNameError, NonFiniteError, PerseusError  # noqa: F401
 from perseus._process_sets import (  # noqa: F401 - the shared process-set API, re-exported
     ProcessSet, add_process_set, global_process_set, remove_process_set)
 from perseus._process_sets import members as _members, of as _of, set_id as _set_id
+from perseus._reduction_ops import (  # noqa: F401 - Horovod's constants, re-exported
+    Adasum, Average, Max, Min, Product, Sum)
+from perseus._reduction_ops import LIBRARY_OPS as _OPS
 from perseus.torch import _grad, _tensors
 from perseus.torch.compression import Compression
 
-# Horovod's values for its reduction constants.
-Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_OPS = {Average: _native.AVERAGE, Sum: _native.SUM, Min: _native.MIN, Max: _native.MAX,
-        Product: _native.PRODUCT}
 _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
              Product: "Product"}
 
@@ -38,14 +37,9 @@ def _back_to(device, result):
 
 def init(comm=None, process_sets=None):
     """Joins the job (perseus_init), then adds process_sets (ProcessSets or lists of ranks; the
-    same on every rank) in order. `comm` is not supported."""
-    if comm is not None:
-        raise NotImplementedError("perseus.torch.init(comm=...): MPI communicators are not "
-                                  "supported; the job is every rank perseusrun started")
-    _native.init()
-    if process_sets not in (None, "dynamic"):
-        for ps in process_sets:
-            add_process_set(ps)
+    same on every rank) in order. Collective; calling it again does nothing. `comm` is not
+    supported."""
+    _process.init_job(comm, process_sets, "perseus.torch")
 
 
 from perseus._process import (  # noqa: F401 - the shared process API, re-exported
@@ -137,16 +131,8 @@ _what = _What
 
 
 def _resolve_op(op, average):
-    if op is not None and average is not None:
-        raise ValueError("op and average cannot both be given (average is deprecated: use op)")
-    if op is None:
-        op = Sum if average is False else Average
-    if op == Adasum:
-        raise NotImplementedError("op=Adasum is not supported by perseus.torch "
-                                  "(Average, Sum, Min, Max, Product are)")
-    if op not in _OPS:
-        raise ValueError("unknown reduction op %r" % (op,))
-    return op
+    """Horovod's rule: op wins; else average=False means Sum; the default is Average."""
+    return _reduction_ops.resolve_op(op, average, "perseus.torch")
 
 
 # ---- allreduce -----------------------------------------------------------------------------
