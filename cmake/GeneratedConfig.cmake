@@ -1,6 +1,4 @@
 # Publishes the configure-time results as 0/1 macros and version strings in perseus/config.h.
-set(PERSEUS_HAVE_CUDA ${PERSEUS_WITH_CUDA_ENABLED})
-set(PERSEUS_HAVE_NCCL ${PERSEUS_WITH_NCCL_ENABLED})
 set(PERSEUS_LIBSSH2_VERSION "${LIBSSH2_VERSION}")
 set(PERSEUS_GENERATED_DIR "${CMAKE_BINARY_DIR}/generated")
 configure_file("${CMAKE_CURRENT_LIST_DIR}/config.h.in"

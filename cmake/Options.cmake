@@ -1,10 +1,5 @@
-# Build switches. Each optional dependency is AUTO (found means built, missing means a message
-# that names the switch), ON (missing is a fatal error) or OFF.
-set(PERSEUS_WITH_CUDA AUTO CACHE STRING "Build CUDA support: AUTO, ON or OFF")
-set(PERSEUS_WITH_NCCL AUTO CACHE STRING "Build NCCL support: AUTO, ON or OFF")
-set_property(CACHE PERSEUS_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
-set_property(CACHE PERSEUS_WITH_NCCL PROPERTY STRINGS AUTO ON OFF)
-
+# Build switches. There is none for CUDA or NCCL: neither is needed to build, libperseus loads
+# them at run time where a rank has them (cmake/Dependencies.cmake).
 option(PERSEUS_BUILD_TESTS "Build the unit and black-box tests" ON)
 option(PERSEUS_BUILD_FUZZERS "Build libFuzzer targets (needs clang)" OFF)
 set(PERSEUS_SANITIZE "" CACHE STRING

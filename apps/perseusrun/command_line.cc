@@ -406,13 +406,12 @@ std::string help_text() {
   return app.help();
 }
 
+// CUDA and NCCL are not part of the build: libperseus loads whichever a rank's host has
+// (lib/comm/nccl/cuda_api.cc, nccl_api.cc), so the text says which files it looks for.
 std::string version_text() {
-  auto or_not_built = [](bool built, const char *version) {
-    return built ? std::string(version) : std::string("not built");
-  };
   return std::string("perseusrun ") + PERSEUS_VERSION + "\n" +
-         "CUDA: " + or_not_built(PERSEUS_HAVE_CUDA, PERSEUS_CUDA_VERSION) + "\n" +
-         "NCCL: " + or_not_built(PERSEUS_HAVE_NCCL, PERSEUS_NCCL_VERSION) + "\n" +
+         "CUDA: not linked; libperseus loads libcudart.so.13, .so.12 or .so at run time\n" +
+         "NCCL: not linked; libperseus loads libnccl.so.2 at run time\n" +
          "libssh2: " + LIBSSH2_VERSION + "\n";
 }
 
