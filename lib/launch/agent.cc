@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -168,10 +169,8 @@ int Agent::run() {
   guard_.reset();  // every process has ended: the guard removes the cgroup and the files
   if (!launcher_gone_) {
     channel_.send(FrameType::kDone, "");
-    while (channel_.wants_write() && channel_.flush()) {
-      pollfd out{channel_.write_fd(), POLLOUT, 0};
-      poll(&out, 1, 1000);
-    }
+    // For as long as the launcher lives: it reads until Done (a peer gone ends the wait).
+    channel_.flush_until(std::numeric_limits<long long>::max());
   }
   return kExitSuccess;
 }

@@ -91,8 +91,7 @@ void ask(const LaunchConfig &config, Target &t, const std::string &rank0_host, l
   try {
     FrameChannel &channel = t.link->channel();
     channel.send(FrameType::kCheck, encode(request));
-    while (channel.wants_write() && channel.flush()) {
-    }
+    channel.flush_until(deadline);  // a peer gone or silent: receive_frame says which
     t.found.report = decode_check_report(
         receive_frame(*t.link, FrameType::kCheckReport, deadline).payload, channel.peer());
   } catch (const std::exception &error) {

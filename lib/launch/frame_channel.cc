@@ -1,8 +1,12 @@
 #include "lib/launch/frame_channel.h"
 
+#include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "lib/launch/errors.h"
+#include "lib/launch/system_call.h"
 
 namespace perseus::launch {
 
@@ -112,6 +116,17 @@ bool FrameChannel::flush() {
     }
   }
   return true;
+}
+
+bool FrameChannel::flush_until(long long deadline_ms) {
+  for (;;) {
+    if (!flush()) return false;
+    if (queue_.empty()) return true;
+    const long long left = deadline_ms - monotonic_ms();
+    if (left <= 0) return false;
+    pollfd out{out_.get(), POLLOUT, 0};
+    retry_on_eintr([&] { return ::poll(&out, 1, static_cast<int>(std::min(left, 1000LL))); });
+  }
 }
 
 }  // namespace perseus::launch

@@ -68,6 +68,10 @@ class FrameChannel {
   void send(FrameType type, std::string_view payload);
   // Writes what the pipe takes now. Returns false when the peer has gone away.
   bool flush();
+  // Writes everything queued, waiting (poll) for the pipe to take it, until `deadline_ms`
+  // (monotonic_ms()). Returns false when the peer has gone away or the deadline passed first;
+  // the rest then stays queued.
+  bool flush_until(long long deadline_ms);
   bool wants_write() const { return !queue_.empty(); }
   size_t queued_bytes() const { return queued_bytes_; }
   void close_write() { out_.reset(); }

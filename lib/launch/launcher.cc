@@ -320,10 +320,7 @@ std::map<std::string, BusyGpus> Launcher::preflight(const Host &rank0_host) {
   const long long deadline = monotonic_ms() + kHelloTimeoutMs;
   for (const auto &[key, request] : requests) {
     AgentLink &link = *agents_.at(key).link;
-    while (link.channel().wants_write() && link.channel().flush()) {
-      pollfd out{link.channel().write_fd(), POLLOUT, 0};
-      poll(&out, 1, 100);
-    }
+    link.channel().flush_until(deadline);  // a peer gone or silent: receive_frame says which
     const CheckReport report = decode_check_report(
         receive_frame(link, FrameType::kCheckReport, deadline).payload, link.channel().peer());
     for (const PortUse &use : report.ports) {

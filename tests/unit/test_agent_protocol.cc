@@ -1,10 +1,12 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
 #include <csignal>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lib/launch/agent_protocol.h"
@@ -484,6 +486,40 @@ TEST_CASE("flush reports a peer that has gone away") {
   const bool flushed = rig.channel.flush();
   std::signal(SIGPIPE, previous);
   CHECK_FALSE(flushed);
+}
+
+TEST_CASE("flush_until waits for a slow reader, and gives up at its deadline") {
+  ChannelRig rig = ChannelRig::make();
+  const std::string payload(1 << 20, 'p');  // far more than a pipe holds
+  rig.channel.send(FrameType::kOutput, payload);
+  // Nobody reads: the deadline ends the wait, the rest stays queued.
+  const long long start = monotonic_ms();
+  CHECK_FALSE(rig.channel.flush_until(start + 200));
+  CHECK(monotonic_ms() - start >= 200);
+  CHECK(rig.channel.wants_write());
+  // A reader that drains the pipe a while later: everything goes through.
+  std::string received;
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    received = read_exactly(rig.from_channel.get(), kFrameHeaderSize + payload.size());
+  });
+  const bool flushed = rig.channel.flush_until(monotonic_ms() + 30000);
+  reader.join();
+  CHECK(flushed);
+  CHECK_FALSE(rig.channel.wants_write());
+  CHECK(received.substr(kFrameHeaderSize) == payload);
+}
+
+TEST_CASE("flush_until reports a peer that has gone away at once") {
+  ChannelRig rig = ChannelRig::make();
+  rig.from_channel.reset();
+  rig.channel.send(FrameType::kHello, "x");
+  const auto previous = std::signal(SIGPIPE, SIG_IGN);
+  const long long start = monotonic_ms();
+  const bool flushed = rig.channel.flush_until(start + 30000);
+  std::signal(SIGPIPE, previous);
+  CHECK_FALSE(flushed);
+  CHECK(monotonic_ms() - start < 5000);
 }
 
 }  // namespace
