@@ -2,7 +2,12 @@
 
 #include <poll.h>
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
 #include "lib/launch/errors.h"
+#include "lib/launch/job_plan.h"
 #include "lib/launch/local_host.h"
 #include "lib/launch/shell_quote.h"
 #include "perseus/config.h"
@@ -10,6 +15,9 @@
 namespace perseus::launch {
 
 namespace {
+
+// How long an agent that is ready may take to say Hello.
+constexpr int kHelloTimeoutMs = 30000;
 
 std::vector<std::string> openssh_command(const HostSpec &spec, const SshOptions &ssh,
                                          const std::string &user, const std::string &command) {
@@ -82,6 +90,47 @@ Hello receive_hello(AgentLink &link, long long deadline_ms) {
                       ", this is " + PERSEUS_VERSION + "; install the same version on every host");
   }
   return hello;
+}
+
+std::vector<ReachedAgent> reach_agents(const std::vector<HostSpec> &mentions,
+                                       const LaunchConfig &config, Failures failures) {
+  std::vector<ReachedAgent> agents;
+  for (const HostSpec &spec : mentions) {
+    const std::string key = host_key(spec.user, spec.host);
+    if (std::any_of(agents.begin(), agents.end(), [&](const ReachedAgent &a) {
+          return host_key(a.spec.user, a.spec.host) == key;
+        })) {
+      continue;
+    }
+    agents.push_back(ReachedAgent{spec, start_agent(spec, config), std::nullopt, ""});
+    spdlog::debug("started the agent for {}", key);
+  }
+  // Runs one step for every agent still in the running; a failure throws or is recorded.
+  const auto each = [&](auto step) {
+    for (ReachedAgent &agent : agents) {
+      if (!agent.error.empty()) continue;
+      try {
+        step(agent);
+      } catch (const std::exception &error) {
+        if (failures == Failures::kThrow) throw;
+        agent.error = without_host_prefix(error.what(), agent.spec.host);
+      }
+    }
+  };
+  const long long ready_by =
+      monotonic_ms() + static_cast<long long>(config.ssh.connect_timeout_seconds * 1000) + 5000;
+  each([&](ReachedAgent &agent) { agent.link->wait_ready(ready_by); });
+  each([&](ReachedAgent &agent) { agent.link->start(); });
+  const long long hello_by = monotonic_ms() + kHelloTimeoutMs;
+  each([&](ReachedAgent &agent) {
+    agent.hello = receive_hello(*agent.link, hello_by);
+    spdlog::debug(
+        "agent on {}: hostname {}, {} cores, {} GPUs, CUDA_VISIBLE_DEVICES {}", agent.link->host(),
+        agent.hello->hostname, agent.hello->cpu_count,
+        agent.hello->gpu_count ? std::to_string(*agent.hello->gpu_count) : "unknown (no driver)",
+        agent.hello->cuda_visible_devices.value_or("unset"));
+  });
+  return agents;
 }
 
 }  // namespace perseus::launch

@@ -4,6 +4,9 @@
 // launcher and by --check.
 
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "lib/launch/agent_link.h"
 #include "lib/launch/agent_protocol.h"
@@ -20,5 +23,24 @@ Frame receive_frame(AgentLink &link, FrameType type, long long deadline_ms);
 
 // The agent's Hello, checked to be of this very version.
 Hello receive_hello(AgentLink &link, long long deadline_ms);
+
+// One host's agent as reach_agents leaves it: started, with its Hello; or, with
+// Failures::kRecord, the reason it could not be reached (`error`, without the host's name).
+struct ReachedAgent {
+  HostSpec spec;
+  std::unique_ptr<AgentLink> link;
+  std::optional<Hello> hello;
+  std::string error;
+};
+
+enum class Failures { kThrow, kRecord };
+
+// The launcher's and --check's first step: the agent of every distinct host of `mentions`
+// (user@host, in order of first mention) is started at once; every host is reached and its
+// key checked before any agent is told to start (so nothing runs anywhere while a host is still
+// unreachable); then each one's Hello is read. kThrow: the first failure throws (LaunchError
+// naming the host); kRecord: each failure stays in its host's entry and the others go on.
+std::vector<ReachedAgent> reach_agents(const std::vector<HostSpec> &mentions,
+                                       const LaunchConfig &config, Failures failures);
 
 }  // namespace perseus::launch

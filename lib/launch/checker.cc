@@ -24,37 +24,18 @@ struct Target {
   HostFindings found;
 };
 
-std::vector<Target> distinct_hosts(const std::vector<HostSpec> &mentions) {
+// Every host's agent, started at once; a host that fails gets its error in its findings.
+std::vector<Target> reach(const LaunchConfig &config, const std::vector<HostSpec> &mentions) {
   std::vector<Target> targets;
-  for (const HostSpec &spec : mentions) {
-    const std::string key = host_key(spec.user, spec.host);
-    const bool seen = std::any_of(targets.begin(), targets.end(), [&](const Target &t) {
-      return host_key(t.spec.user, t.spec.host) == key;
-    });
-    if (!seen)
-      targets.push_back(Target{spec, nullptr, std::nullopt,
-                               HostFindings{spec.host, "", "", "", 0, std::nullopt}});
+  for (ReachedAgent &agent : reach_agents(mentions, config, Failures::kRecord)) {
+    HostFindings found{agent.spec.host, agent.error, "", "", 0, std::nullopt};
+    if (agent.hello) {
+      found.agent_version = agent.hello->version;
+      found.hostname = agent.hello->hostname;
+    }
+    targets.push_back(Target{agent.spec, std::move(agent.link), std::move(agent.hello), found});
   }
   return targets;
-}
-
-// Starts every host's agent, all at once; a host that fails gets its error in its findings.
-void reach(const LaunchConfig &config, std::vector<Target> &targets) {
-  for (Target &t : targets) t.link = start_agent(t.spec, config);
-  const long long deadline = monotonic_ms() +
-                             static_cast<long long>(config.ssh.connect_timeout_seconds * 1000) +
-                             kAnswerTimeoutMs;
-  for (Target &t : targets) {
-    try {
-      t.link->wait_ready(deadline);
-      t.link->start();
-      t.hello = receive_hello(*t.link, deadline);
-      t.found.agent_version = t.hello->version;
-      t.found.hostname = t.hello->hostname;
-    } catch (const std::exception &error) {
-      t.found.error = without_host_prefix(error.what(), t.spec.host);
-    }
-  }
 }
 
 // Ranks per host as the launch would place them; returns the key (user@host) of rank 0's host.
@@ -103,8 +84,7 @@ void ask(const LaunchConfig &config, Target &t, const std::string &rank0_host, l
 
 int run_check(const LaunchConfig &config) {
   const std::vector<HostSpec> mentions = host_mentions(config);
-  std::vector<Target> targets = distinct_hosts(mentions);
-  reach(config, targets);
+  std::vector<Target> targets = reach(config, mentions);
   std::vector<std::string> placement_problems;
   std::string rank0_host;
   const bool all_reached =

@@ -143,7 +143,6 @@ class Launcher {
   void start_agents(const std::vector<HostSpec> &mentions);
   std::string master_address(const Host &rank0_host) const;
   std::string own_address() const;
-  void collect_hellos();
   void plan(const std::vector<HostSpec> &mentions);
   std::map<std::string, BusyGpus> preflight(const Host &rank0_host);
   void display_map() const;
@@ -208,7 +207,6 @@ int Launcher::run() {
   const std::vector<HostSpec> mentions = host_mentions(config_);
   signals_ = block_signals();
   start_agents(mentions);
-  collect_hellos();
   plan(mentions);
   if (config_.display_map) display_map();
   output_ = std::make_unique<OutputRouter>(plan_.placement.size(), config_.output_directory);
@@ -234,30 +232,12 @@ int Launcher::run() {
 }
 
 void Launcher::start_agents(const std::vector<HostSpec> &mentions) {
-  for (const HostSpec &spec : mentions) {
-    const std::string key = host_key(spec.user, spec.host);
-    if (agents_.count(key)) continue;
-    agents_[key].link = start_agent(spec, config_);
+  for (ReachedAgent &reached : reach_agents(mentions, config_, Failures::kThrow)) {
+    const std::string key = host_key(reached.spec.user, reached.spec.host);
+    Agent &agent = agents_[key];
+    agent.link = std::move(reached.link);
+    agent.hello = std::move(reached.hello);
     agent_order_.push_back(key);
-    spdlog::debug("started the agent for {}", key);
-  }
-  // Every host is reached and its key checked before a command runs on any of them.
-  const long long deadline =
-      monotonic_ms() + static_cast<long long>(config_.ssh.connect_timeout_seconds * 1000) + 5000;
-  for (const std::string &key : agent_order_) agents_.at(key).link->wait_ready(deadline);
-  for (const std::string &key : agent_order_) agents_.at(key).link->start();
-}
-
-void Launcher::collect_hellos() {
-  const long long deadline = monotonic_ms() + kHelloTimeoutMs;
-  for (const std::string &key : agent_order_) {
-    Agent &agent = agents_.at(key);
-    Hello hello = receive_hello(*agent.link, deadline);
-    spdlog::debug("agent on {}: hostname {}, {} cores, {} GPUs, CUDA_VISIBLE_DEVICES {}",
-                  agent.link->host(), hello.hostname, hello.cpu_count,
-                  hello.gpu_count ? std::to_string(*hello.gpu_count) : "unknown (no driver)",
-                  hello.cuda_visible_devices.value_or("unset"));
-    agent.hello = std::move(hello);
   }
 }
 
