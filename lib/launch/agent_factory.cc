@@ -92,6 +92,16 @@ Hello receive_hello(AgentLink &link, long long deadline_ms) {
   return hello;
 }
 
+void send_check(AgentLink &link, const CheckRequest &request) {
+  link.channel().send(FrameType::kCheck, encode(request));
+}
+
+CheckReport check_report(AgentLink &link, long long deadline_ms) {
+  link.channel().flush_until(deadline_ms);  // a peer gone or silent: receive_frame says which
+  return decode_check_report(receive_frame(link, FrameType::kCheckReport, deadline_ms).payload,
+                             link.channel().peer());
+}
+
 std::vector<ReachedAgent> reach_agents(const std::vector<HostSpec> &mentions,
                                        const LaunchConfig &config, Failures failures) {
   std::vector<ReachedAgent> agents;

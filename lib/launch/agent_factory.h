@@ -10,6 +10,7 @@
 
 #include "lib/launch/agent_link.h"
 #include "lib/launch/agent_protocol.h"
+#include "lib/launch/host_check.h"
 #include "lib/launch/host_spec.h"
 #include "lib/launch/launch_config.h"
 
@@ -23,6 +24,13 @@ Frame receive_frame(AgentLink &link, FrameType type, long long deadline_ms);
 
 // The agent's Hello, checked to be of this very version.
 Hello receive_hello(AgentLink &link, long long deadline_ms);
+
+// The check exchange with a started agent (the launcher's preflight and --check), in two halves
+// so that every host checks at once: send_check queues the request; check_report sends it and
+// waits for the agent's report, throwing LaunchError naming the host when the agent ends or is
+// silent until `deadline_ms`.
+void send_check(AgentLink &link, const CheckRequest &request);
+CheckReport check_report(AgentLink &link, long long deadline_ms);
 
 // One host's agent as reach_agents leaves it: started, with its Hello; or, with
 // Failures::kRecord, the reason it could not be reached (`error`, without the host's name).

@@ -63,21 +63,16 @@ std::string place(const LaunchConfig &config, const std::vector<HostSpec> &menti
   return host_key(rank0.user, rank0.host);
 }
 
-void ask(const LaunchConfig &config, Target &t, const std::string &rank0_host, long long deadline) {
+// What --check asks a reached host: its GPUs, and --master-port on rank 0's host (on every host
+// when rank 0's is not known).
+CheckRequest request_for(const LaunchConfig &config, const Target &t,
+                         const std::string &rank0_host) {
   CheckRequest request{{}, true};
   if (config.master_port &&
       (rank0_host.empty() || rank0_host == host_key(t.spec.user, t.spec.host))) {
     request.ports.push_back(config.master_port);
   }
-  try {
-    FrameChannel &channel = t.link->channel();
-    channel.send(FrameType::kCheck, encode(request));
-    channel.flush_until(deadline);  // a peer gone or silent: receive_frame says which
-    t.found.report = decode_check_report(
-        receive_frame(*t.link, FrameType::kCheckReport, deadline).payload, channel.peer());
-  } catch (const std::exception &error) {
-    t.found.error = without_host_prefix(error.what(), t.spec.host);
-  }
+  return request;
 }
 
 }  // namespace
@@ -97,9 +92,18 @@ int run_check(const LaunchConfig &config) {
       placement_problems.push_back(std::string("the job cannot be placed: ") + error.what());
     }
   }
+  // Every host checks at once; a host that fails gets its error in its findings.
+  for (Target &t : targets) {
+    if (t.hello) send_check(*t.link, request_for(config, t, rank0_host));
+  }
   const long long deadline = monotonic_ms() + kAnswerTimeoutMs;
   for (Target &t : targets) {
-    if (t.hello) ask(config, t, rank0_host, deadline);
+    if (!t.hello) continue;
+    try {
+      t.found.report = check_report(*t.link, deadline);
+    } catch (const std::exception &error) {
+      t.found.error = without_host_prefix(error.what(), t.spec.host);
+    }
   }
   std::vector<HostFindings> findings;
   for (const Target &t : targets) findings.push_back(t.found);

@@ -294,15 +294,11 @@ std::map<std::string, BusyGpus> Launcher::preflight(const Host &rank0_host) {
     if (key == rank0_key && config_.master_port) request.ports.push_back(config_.master_port);
     if (!request.ports.empty() || request.gpus) requests[key] = request;
   }
-  for (const auto &[key, request] : requests) {
-    agents_.at(key).link->channel().send(FrameType::kCheck, encode(request));
-  }
+  for (const auto &[key, request] : requests) send_check(*agents_.at(key).link, request);
   const long long deadline = monotonic_ms() + kHelloTimeoutMs;
   for (const auto &[key, request] : requests) {
     AgentLink &link = *agents_.at(key).link;
-    link.channel().flush_until(deadline);  // a peer gone or silent: receive_frame says which
-    const CheckReport report = decode_check_report(
-        receive_frame(link, FrameType::kCheckReport, deadline).payload, link.channel().peer());
+    const CheckReport report = check_report(link, deadline);
     for (const PortUse &use : report.ports) {
       if (use.in_use) {
         throw LaunchError("host " + link.host() + ": " + describe(use) +
