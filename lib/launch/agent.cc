@@ -246,8 +246,7 @@ void Agent::start_ranks() {
   ensure_fd_room(job_.ranks.size(), job_.host_label);
   for (const auto &launch : job_.ranks) {
     RankCommand command;
-    EnvironmentChanges environment = job_.common_environment;
-    environment.insert(environment.end(), launch.environment.begin(), launch.environment.end());
+    EnvironmentChanges environment = rank_changes(job_, launch);
     if (secret_) environment.emplace_back(contract::kSecretFile, secret_->path());
     command.environment = merged_environment(environment);
     check_no_nul(command.environment, "the environment of rank " + std::to_string(launch.rank));

@@ -183,4 +183,10 @@ size_t decode_count(const std::string &payload, const std::string &peer) {
                       [](const json &j) { return j.at("count").get<size_t>(); });
 }
 
+EnvironmentChanges rank_changes(const JobDescription &job, const RankLaunch &launch) {
+  EnvironmentChanges all = job.common_environment;
+  all.insert(all.end(), launch.environment.begin(), launch.environment.end());
+  return all;
+}
+
 }  // namespace perseus::launch

@@ -58,6 +58,17 @@ struct JobDescription {
   double heartbeat_timeout_seconds = 10;  // a launcher silent this long is lost (heartbeat.h)
 };
 
+// The variables perseusrun sets for one rank of `job`, lowest precedence first (a later entry
+// of a name wins), in three layers that plan_job (job_plan.cc) orders so:
+//   1. -x and -mca exports (exported_environment);
+//   2. the rank variables (rank_environment.h: PERSEUS_*, RANK, OMPI_*, MASTER_*, ...), which
+//      no -x overrides, and PERSEUS_LIBRARY / PYTHONPATH where perseusrun found its package;
+//   3. CUDA_VISIBLE_DEVICES of the GPU binding (a -x of it chooses which devices are bound).
+// The host's shared entries (common_environment) come first, then the rank's own; a name with a
+// value per rank is kept whole in the rank's own list, so the order above holds. All of it lies
+// over the agent's own environment, and the agent adds PERSEUS_SECRET_FILE last.
+EnvironmentChanges rank_changes(const JobDescription &job, const RankLaunch &launch);
+
 struct RankStarted {
   int rank = 0;
   int pid = 0;

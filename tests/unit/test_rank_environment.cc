@@ -241,11 +241,9 @@ std::optional<std::string> last_value(const EnvironmentChanges &environment,
   return value;
 }
 
-// The variables a rank of `job` gets from perseusrun: the host's common ones, then its own.
+// The variables a rank of `job` gets from perseusrun (as the agent sets them).
 EnvironmentChanges effective(const JobDescription &job, const RankLaunch &launch) {
-  EnvironmentChanges all = job.common_environment;
-  all.insert(all.end(), launch.environment.begin(), launch.environment.end());
-  return all;
+  return rank_changes(job, launch);
 }
 
 // What a rank sees: the last value of each name.
@@ -431,6 +429,36 @@ TEST_CASE("plan_job: shared variables are sent once, what differs per rank") {
     // own value still comes last and wins.
     CHECK_FALSE(last_value(job.common_environment, "RANK").has_value());
     CHECK(last_value(effective(job, launch), "RANK") == std::to_string(launch.rank));
+  }
+}
+
+TEST_CASE("plan_job: the layers' precedence: -x < the rank variables < the GPU binding") {
+  // Each name set by -x and again by a higher layer; the rank sees the highest layer's value,
+  // on a host of one rank (everything shared) and of three (shared and own lists).
+  for (const int np : {1, 3}) {
+    CAPTURE(np);
+    const Hellos hellos{{{"a", hello(8)}}};
+    const EnvironmentChanges exported = {{"PERSEUS_RANK", "99"},
+                                         {"RANK", "99"},
+                                         {"PERSEUS_SIZE", "99"},
+                                         {"MASTER_PORT", "1"},
+                                         {"CUDA_VISIBLE_DEVICES", "5,6,7"},
+                                         {"NCCL_DEBUG", "INFO"}};
+    const JobPlan plan = plan_job(config_for(np, GpuBind::kIsolate), {mention("a", np)}, {}, hellos,
+                                  kFacts, exported);
+    const JobDescription &job = plan.jobs.at(0);
+    for (const RankLaunch &launch : job.ranks) {
+      CAPTURE(launch.rank);
+      const auto got = seen(effective(job, launch));
+      const std::string r = std::to_string(launch.rank);
+      CHECK(got.at("PERSEUS_RANK") == r);
+      CHECK(got.at("RANK") == r);
+      CHECK(got.at("PERSEUS_SIZE") == std::to_string(np));
+      CHECK(got.at("MASTER_PORT") == std::to_string(kFacts.master_port));
+      // The binding picks from -x's devices, one each.
+      CHECK(got.at("CUDA_VISIBLE_DEVICES") == std::to_string(5 + launch.rank));
+      CHECK(got.at("NCCL_DEBUG") == "INFO");  // nothing above it: -x's value stands
+    }
   }
 }
 
