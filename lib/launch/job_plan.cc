@@ -170,10 +170,8 @@ EnvironmentChanges exported_environment(const LaunchConfig &config, const Enviro
   return exported;
 }
 
-JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
-                 const BareSlots &bare_slots,
-                 const std::function<const Hello &(const Host &)> &hello_of, const JobFacts &facts,
-                 const EnvironmentChanges &exported, const BusyGpusOf &busy_of) {
+JobPlan place_job(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
+                  const BareSlots &bare_slots) {
   JobPlan plan;
   plan.hosts = merge_hosts(mentions, bare_slots);
   std::vector<PlacementHost> capacity;
@@ -182,11 +180,25 @@ JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentio
       place_ranks(capacity, {config.np, config.npernode, config.map_by, config.oversubscribe});
   check_rank_count(static_cast<long long>(plan.placement.size()),
                    std::to_string(plan.placement.size()) + " ranks (from the slots)");
+  return plan;
+}
+
+void describe_jobs(const LaunchConfig &config, JobPlan &plan, const HelloOf &hello_of,
+                   const JobFacts &facts, const EnvironmentChanges &exported,
+                   const BusyGpusOf &busy_of) {
+  plan.jobs.clear();
   for (size_t i = 0; i < plan.hosts.size(); ++i) {
     const BusyGpus busy = busy_of ? busy_of(plan.hosts[i]) : BusyGpus{};
     plan.jobs.push_back(
         describe_host(config, plan, i, hello_of(plan.hosts[i]), facts, exported, busy));
   }
+}
+
+JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
+                 const BareSlots &bare_slots, const HelloOf &hello_of, const JobFacts &facts,
+                 const EnvironmentChanges &exported, const BusyGpusOf &busy_of) {
+  JobPlan plan = place_job(config, mentions, bare_slots);
+  describe_jobs(config, plan, hello_of, facts, exported, busy_of);
   return plan;
 }
 

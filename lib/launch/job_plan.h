@@ -45,11 +45,22 @@ struct BusyGpus {
 };
 using BusyGpusOf = std::function<BusyGpus(const Host &)>;
 
-// `hellos[i]` belongs to the host `host_key(hosts[i])` of the merged list; `bare_slots` decides
-// the slots of bare mentions. Throws InputError for requests the hosts cannot satisfy.
+// Where the ranks go: the merged hosts (`bare_slots` decides the slots of bare mentions) and
+// the placement; `jobs` stays empty. Throws InputError for requests the hosts cannot satisfy.
+JobPlan place_job(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
+                  const BareSlots &bare_slots);
+
+// Fills `plan.jobs` (from place_job): each host's job description, with the facts that are
+// known once rank 0's host is (MASTER_ADDR, the store's address) and the GPUs the preflight
+// found busy. Throws InputError when a host has too few GPUs for its ranks.
+using HelloOf = std::function<const Hello &(const Host &)>;
+void describe_jobs(const LaunchConfig &config, JobPlan &plan, const HelloOf &hello_of,
+                   const JobFacts &facts, const EnvironmentChanges &exported,
+                   const BusyGpusOf &busy_of = {});
+
+// Both at once. `hello_of(host)` is the Hello of that host of the merged list.
 JobPlan plan_job(const LaunchConfig &config, const std::vector<HostSpec> &mentions,
-                 const BareSlots &bare_slots,
-                 const std::function<const Hello &(const Host &)> &hello_of, const JobFacts &facts,
+                 const BareSlots &bare_slots, const HelloOf &hello_of, const JobFacts &facts,
                  const EnvironmentChanges &exported, const BusyGpusOf &busy_of = {});
 
 std::string host_key(const std::string &user, const std::string &host);

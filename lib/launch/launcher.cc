@@ -260,12 +260,12 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
     fprintf(stderr, "perseusrun: warning: %s\n", warning.c_str());
   }
   // MASTER_ADDR and MASTER_PORT depend on rank 0's host, and which GPUs are free on the
-  // preflight: plan once to find rank 0's host, then again with the facts.
+  // preflight: place the ranks first, then describe each host's job with the facts.
   JobFacts facts;
   facts.job_id = job_id();
   find_shims(facts);
   facts.secret.assign(reinterpret_cast<const char *>(secret_.data()), secret_.size());
-  plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported);
+  plan_ = place_job(config_, mentions, bare_slots);
   const Host &rank0_host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];
   const std::map<std::string, BusyGpus> busy = preflight(rank0_host);
   facts.master_addr = master_address(rank0_host);
@@ -273,7 +273,7 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
   facts.rendezvous_addr = rendezvous_->address();
   facts.rendezvous_port = rendezvous_->port();
   facts.master_port = config_.master_port ? config_.master_port : hello_of(rank0_host).free_port;
-  plan_ = plan_job(config_, mentions, bare_slots, hello_of, facts, exported, [&](const Host &host) {
+  describe_jobs(config_, plan_, hello_of, facts, exported, [&](const Host &host) {
     const auto found = busy.find(host_key(host.user, host.host));
     return found == busy.end() ? BusyGpus{} : found->second;
   });
