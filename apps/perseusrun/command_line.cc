@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/heartbeat.h"
-#include "lib/launch/host_syntax.h"
+#include "lib/launch/planning/host_syntax.h"
+#include "lib/launch/protocol/heartbeat.h"
 #include "perseus/config.h"
 
 namespace perseus::app {

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "apps/perseusrun/command_line.h"
-#include "lib/launch/agent.h"
-#include "lib/launch/checker.h"
+#include "lib/launch/agent/agent.h"
 #include "lib/launch/errors.h"
-#include "lib/launch/launcher.h"
+#include "lib/launch/launcher/checker.h"
+#include "lib/launch/launcher/launcher.h"
 
 namespace {
 

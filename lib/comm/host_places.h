@@ -16,8 +16,8 @@ struct HostPlace {
 };
 
 // `hosts[r]` names rank r's host; hosts are numbered in the order their first rank appears, as
-// perseusrun numbers them in host-list order (lib/launch/placement.cc), so both give the same
-// places for the same layout. Horovod's meaning of cross: the ranks that share a local rank.
+// perseusrun numbers them in host-list order (lib/launch/planning/placement.cc), so both give the
+// same places for the same layout. Horovod's meaning of cross: the ranks that share a local rank.
 // Requires 0 <= rank < hosts.size().
 HostPlace place_among_hosts(const std::vector<std::string> &hosts, int rank);
 

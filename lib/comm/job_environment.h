@@ -1,7 +1,8 @@
 #pragma once
-// What a rank learns from the environment perseusrun gives it (lib/launch/rank_environment.cc):
-// its place in the job and where the job's rendezvous store is, plus the user's tuning
-// variables. libperseus and perseusrun meet only here and in lib/rendezvous.
+// What a rank learns from the environment perseusrun gives it
+// (lib/launch/planning/rank_environment.cc): its place in the job and where the job's rendezvous
+// store is, plus the user's tuning variables. libperseus and perseusrun meet only here and in
+// lib/rendezvous.
 
 #include <chrono>
 #include <string>

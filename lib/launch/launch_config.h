@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "lib/launch/gpu_allotment.h"
-#include "lib/launch/placement.h"
+#include "lib/launch/planning/gpu_allotment.h"
+#include "lib/launch/planning/placement.h"
 #include "lib/launch/ssh_options.h"
 
 namespace perseus::launch {

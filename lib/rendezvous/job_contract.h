@@ -7,7 +7,7 @@
 // lib/launch makes for a rank, read back by lib/comm), and tests/shims/test_contract.py holds
 // the Python package's copy (lib/framework_shims/perseus/_contract.py) to this file.
 //
-// A new rank variable: add it here, set it in lib/launch/rank_environment.cc, read it in
+// A new rank variable: add it here, set it in lib/launch/planning/rank_environment.cc, read it in
 // lib/comm/job_environment.cc (and in perseus/_contract.py if the Python package reads it),
 // and add it to the contract test's expectations.
 

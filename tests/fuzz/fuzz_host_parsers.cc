@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/host_list_parser.h"
-#include "lib/launch/host_merge.h"
-#include "lib/launch/host_spec.h"
-#include "lib/launch/hostfile_parser.h"
-#include "lib/launch/placement.h"
+#include "lib/launch/planning/host_list_parser.h"
+#include "lib/launch/planning/host_merge.h"
+#include "lib/launch/planning/host_spec.h"
+#include "lib/launch/planning/hostfile_parser.h"
+#include "lib/launch/planning/placement.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "lib/launch/agent_protocol.h"
 #include "lib/launch/errors.h"
-#include "lib/launch/frame_channel.h"
+#include "lib/launch/protocol/agent_protocol.h"
+#include "lib/launch/protocol/frame_channel.h"
 #include "lib/launch/system_call.h"
 
 namespace perseus::launch {

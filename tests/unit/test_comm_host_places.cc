@@ -29,7 +29,7 @@ TEST_CASE("host_places: one rank per host") {
 }
 
 TEST_CASE("host_places: blocks of two on two hosts, as perseusrun -np 4 -H a:2,b:2 places them") {
-  // perseusrun gives rank 3 of this layout local 1/2, cross 1/2 (lib/launch/placement.cc).
+  // perseusrun gives rank 3 of this layout local 1/2, cross 1/2 (lib/launch/planning/placement.cc).
   CHECK(places({"a", "a", "b", "b"}) ==
         Places{{0, 2, 0, 2, 0}, {1, 2, 0, 2, 0}, {0, 2, 1, 2, 1}, {1, 2, 1, 2, 1}});
 }

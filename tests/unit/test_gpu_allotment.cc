@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/gpu_allotment.h"
+#include "lib/launch/planning/gpu_allotment.h"
 
 namespace perseus::launch {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/launch/gpu_inventory.h"
+#include "lib/launch/agent/gpu_inventory.h"
 
 namespace perseus::launch {
 namespace {

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/heartbeat.h"
+#include "lib/launch/protocol/heartbeat.h"
 
 namespace perseus::launch {
 namespace {

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "lib/launch/host_identity.h"
-#include "lib/launch/host_merge.h"
 #include "lib/launch/local_host.h"
+#include "lib/launch/planning/host_identity.h"
+#include "lib/launch/planning/host_merge.h"
 
 namespace perseus::launch {
 namespace {

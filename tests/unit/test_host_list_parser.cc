@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/host_list_parser.h"
+#include "lib/launch/planning/host_list_parser.h"
 
 namespace perseus::launch {
 namespace {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/host_merge.h"
+#include "lib/launch/planning/host_merge.h"
 
 namespace perseus::launch {
 namespace {

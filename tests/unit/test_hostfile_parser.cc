@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/hostfile_parser.h"
+#include "lib/launch/planning/hostfile_parser.h"
 
 namespace perseus::launch {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "lib/launch/job_cgroup.h"
+#include "lib/launch/agent/job_cgroup.h"
 
 namespace perseus::launch {
 namespace {

@@ -1,6 +1,6 @@
 // The launcher-library contract (lib/rendezvous/job_contract.h) held from both ends: the
-// environment perseusrun's planning makes for each rank (lib/launch/rank_environment.cc, plus
-// the secret file's variable the agent adds) is read back by libperseus's parser
+// environment perseusrun's planning makes for each rank (lib/launch/planning/rank_environment.cc,
+// plus the secret file's variable the agent adds) is read back by libperseus's parser
 // (lib/comm/job_environment.cc), and every rank learns the place the placement gave it.
 
 #include <doctest/doctest.h>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "lib/comm/job_environment.h"
-#include "lib/launch/placement.h"
-#include "lib/launch/rank_environment.h"
+#include "lib/launch/planning/placement.h"
+#include "lib/launch/planning/rank_environment.h"
 #include "lib/rendezvous/job_contract.h"
 
 namespace perseus {

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/launch/line_tagger.h"
+#include "lib/launch/launcher/line_tagger.h"
 
 namespace perseus::launch {
 namespace {

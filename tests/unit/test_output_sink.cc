@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/frame_channel.h"
-#include "lib/launch/output_sink.h"
-#include "lib/launch/output_tail.h"
+#include "lib/launch/launcher/output_sink.h"
+#include "lib/launch/launcher/output_tail.h"
+#include "lib/launch/protocol/frame_channel.h"
 
 namespace perseus::launch {
 namespace {

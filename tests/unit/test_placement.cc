@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/placement.h"
+#include "lib/launch/planning/placement.h"
 
 namespace perseus::launch {
 namespace {

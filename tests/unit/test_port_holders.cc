@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/launch/port_holders.h"
+#include "lib/launch/agent/port_holders.h"
 #include "lib/launch/system_call.h"
 
 namespace perseus::launch {

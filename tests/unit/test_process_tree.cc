@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/launch/process_tree.h"
+#include "lib/launch/agent/process_tree.h"
 #include "lib/launch/system_call.h"
 
 namespace perseus::launch {

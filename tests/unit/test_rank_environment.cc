@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
-#include "lib/launch/frame_channel.h"
-#include "lib/launch/job_plan.h"
-#include "lib/launch/placement.h"
-#include "lib/launch/rank_environment.h"
+#include "lib/launch/planning/job_plan.h"
+#include "lib/launch/planning/placement.h"
+#include "lib/launch/planning/rank_environment.h"
+#include "lib/launch/protocol/frame_channel.h"
 
 namespace perseus::launch {
 namespace {

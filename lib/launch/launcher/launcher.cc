@@ -1,0 +1,704 @@
+#include "lib/launch/launcher/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "lib/launch/agent/host_check.h"
+#include "lib/launch/errors.h"
+#include "lib/launch/launcher/check_report.h"
+#include "lib/launch/launcher/output_router.h"
+#include "lib/launch/launcher/output_sink.h"
+#include "lib/launch/local_host.h"
+#include "lib/launch/log.h"
+#include "lib/launch/planning/host_list_parser.h"
+#include "lib/launch/planning/hostfile_parser.h"
+#include "lib/launch/planning/job_plan.h"
+#include "lib/launch/protocol/heartbeat.h"
+#include "lib/launch/remote/agent_factory.h"
+#include "lib/launch/remote/agent_link.h"
+#include "lib/rendezvous/job_contract.h"
+#include "lib/rendezvous/server.h"
+#include "perseus/config.h"
+
+namespace perseus::launch {
+
+namespace {
+
+constexpr int kHelloTimeoutMs = 30000;
+// How long agents get, beyond the grace, to report that everything has ended.
+constexpr int kShutdownSlackMs = 10000;
+// Stdin bytes sent to rank 0 but not yet written by it; past this, perseusrun stops reading.
+constexpr size_t kStdinWindow = 1u << 20;
+// Output queued for perseusrun's stdout/stderr: past kPauseAt the agents stop reading their
+// ranks' pipes, below kResumeAt they read on.
+constexpr size_t kPauseAt = 4u << 20;
+constexpr size_t kResumeAt = 1u << 20;
+// After the job has ended, how long perseusrun's stdout/stderr may take no output at all before
+// the rest is dropped (and the loss said). A reader that keeps reading gets everything.
+constexpr int kOutputDrainMs = 2000;
+
+// The folders that may hold this perseusrun's `perseus` package, nearest first: an
+// installation's <prefix>/PERSEUS_INSTALL_PYTHONDIR (cmake --install, the .deb), a virtual
+// environment's <prefix>/lib/python3.X/site-packages (pip install), then the source tree of a
+// build tree's perseusrun.
+std::vector<std::filesystem::path> package_candidates(const std::filesystem::path &prefix) {
+  std::vector<std::filesystem::path> found{prefix / PERSEUS_INSTALL_PYTHONDIR};
+  std::error_code error;
+  for (const auto &entry : std::filesystem::directory_iterator(prefix / "lib", error)) {
+    if (entry.path().filename().string().rfind("python3", 0) == 0) {
+      found.push_back(entry.path() / "site-packages");
+    }
+  }
+  found.push_back(std::filesystem::path(PERSEUS_SOURCE_DIR) / "lib/framework_shims");
+  return found;
+}
+
+// Where this perseusrun's libperseus and `perseus` package are, so that `import perseus` works
+// in ranks without help, found from perseusrun's own path (/proc/self/exe): an installation
+// (<prefix>/bin/perseusrun) first, else the build tree it was built in
+// (build/apps/perseusrun/perseusrun beside build/lib/comm/libperseus.so, the package in the
+// source tree). The library that came with the package (perseus/lib/libperseus.so) is preferred;
+// the user's PERSEUS_LIBRARY wins over all. The package directory goes in front of the user's
+// PYTHONPATH.
+void find_shims(JobFacts &facts) {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return;
+  const std::filesystem::path dir = self.parent_path();
+  std::filesystem::path package;
+  for (const auto &candidate : package_candidates(dir.parent_path())) {
+    if (std::filesystem::exists(candidate / "perseus/__init__.py", error)) {  // the package
+      package = std::filesystem::weakly_canonical(candidate, error);
+      const char *user = getenv("PYTHONPATH");
+      facts.python_path = package.string() + (user && *user ? std::string(":") + user : "");
+      break;
+    }
+  }
+  const char *library = getenv(contract::kLibrary);
+  if (library && *library) {
+    facts.library = library;
+    return;
+  }
+  std::vector<std::filesystem::path> libraries{
+      dir / ".." / PERSEUS_INSTALL_LIBDIR / "libperseus.so.0",
+      dir / "../.." / contract::kBuildTreeLibrary};
+  if (!package.empty()) libraries.insert(libraries.begin(), package / contract::kPackagedLibrary);
+  for (const auto &candidate : libraries) {
+    if (std::filesystem::exists(candidate, error)) {
+      facts.library = std::filesystem::absolute(candidate, error).lexically_normal().string();
+      break;
+    }
+  }
+}
+
+std::string job_id() {
+  std::random_device device;
+  char text[17];
+  snprintf(text, sizeof text, "%08x%08x", device(), device());
+  return text;
+}
+
+std::string signal_name(int signal) {
+  const char *abbrev = sigabbrev_np(signal);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
+}
+
+// "rank 2 (host h, pid 42) exited with code 9" or "... was killed by signal 9 (SIGKILL)".
+std::string describe_exit(const RankExited &exited, const std::string &host) {
+  const std::string who = "rank " + std::to_string(exited.rank) + " (host " + host + ", pid " +
+                          std::to_string(exited.pid) + ")";
+  if (!exited.signal) return who + " exited with code " + std::to_string(exited.exit_code);
+  return who + " was killed by signal " + std::to_string(exited.signal) + " (" +
+         signal_name(exited.signal) + ")";
+}
+
+class Launcher {
+ public:
+  explicit Launcher(const LaunchConfig &config) : config_(config) {}
+  int run();
+
+ private:
+  struct Agent {
+    std::unique_ptr<AgentLink> link;
+    std::optional<Hello> hello;
+    bool done = false;
+    Heartbeat heartbeat;  // the agent's, while the job runs
+  };
+
+  void start_agents(const std::vector<HostSpec> &mentions);
+  std::string master_address(const Host &rank0_host) const;
+  std::string own_address() const;
+  void plan(const std::vector<HostSpec> &mentions);
+  std::map<std::string, BusyGpus> preflight(const Host &rank0_host);
+  void display_map() const;
+  void loop();
+  void poll_once();
+  void handle_frames(Agent &agent);
+  void handle_frame(Agent &agent, const Frame &frame);
+  void rank_exited(const Agent &agent, const RankExited &exited);
+  void agent_ended(Agent &agent);
+  void start_heartbeats();
+  void watch_agents();
+  void agent_lost(Agent &agent);
+  void publish_lost_ranks(const Agent &agent, const std::string &why);
+  void publish_exit(int rank, const std::string &note);
+  void handle_signals();
+  void forward_stdin();
+  void end_job(double grace_seconds);
+  void report_failures();
+  void say(const std::string &message);
+  void hold_back_output();
+  void drain_output();
+  void print_summary();
+  bool all_done() const;
+  Agent *agent_of_rank_zero();
+
+  const LaunchConfig &config_;
+  UniqueFd signals_;
+  std::map<std::string, Agent> agents_;  // by host key
+  std::vector<std::string> agent_order_;
+  JobPlan plan_;
+  rendezvous::Secret secret_ = rendezvous::random_secret();
+  std::unique_ptr<rendezvous::Server> rendezvous_;
+  bool first_exit_published_ = false;
+  std::set<int> ended_ranks_;
+  std::unique_ptr<OutputRouter> output_;
+  std::vector<RankExited> new_failures_;
+  std::optional<RankExited> failure_;
+  std::optional<AgentError> agent_error_;
+  int received_signal_ = 0;
+  bool timed_out_ = false;
+  bool ending_ = false;
+  long long give_up_at_ms_ = 0;
+  long long deadline_ms_ = 0;
+  bool stdin_open_ = false;
+  size_t stdin_in_flight_ = 0;
+  bool output_paused_ = false;  // the agents were told to stop reading rank output
+};
+
+UniqueFd block_signals() {
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
+  sigprocmask(SIG_BLOCK, &signals, nullptr);
+  UniqueFd fd(signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!fd.valid()) throw_system_error("signalfd", "");
+  return fd;
+}
+
+int Launcher::run() {
+  init_logging(config_.verbose, "perseusrun");
+  const std::vector<HostSpec> mentions = host_mentions(config_);
+  signals_ = block_signals();
+  start_agents(mentions);
+  plan(mentions);
+  if (config_.display_map) display_map();
+  output_ = std::make_unique<OutputRouter>(plan_.placement.size(), config_.output_directory);
+  for (size_t i = 0; i < plan_.hosts.size(); ++i) {
+    const Host &host = plan_.hosts[i];
+    agents_.at(host_key(host.user, host.host))
+        .link->channel()
+        .send(FrameType::kJob, encode(plan_.jobs[i]));
+  }
+  // Reading a terminal from the background would stop perseusrun (SIGTTIN).
+  stdin_open_ = !isatty(STDIN_FILENO) || tcgetpgrp(STDIN_FILENO) == getpgrp();
+  if (config_.timeout_seconds > 0) {
+    deadline_ms_ = monotonic_ms() + static_cast<long long>(config_.timeout_seconds * 1000);
+  }
+  loop();
+  drain_output();
+  print_summary();
+  if (received_signal_) return 128 + received_signal_;
+  if (timed_out_) return kExitTimeout;
+  if (agent_error_) return agent_error_->exit_code;
+  if (failure_) return failure_->signal ? 128 + failure_->signal : failure_->exit_code;
+  return kExitSuccess;
+}
+
+void Launcher::start_agents(const std::vector<HostSpec> &mentions) {
+  for (ReachedAgent &reached : reach_agents(mentions, config_, Failures::kThrow)) {
+    const std::string key = host_key(reached.spec.user, reached.spec.host);
+    Agent &agent = agents_[key];
+    agent.link = std::move(reached.link);
+    agent.hello = std::move(reached.hello);
+    agent_order_.push_back(key);
+  }
+}
+
+void Launcher::plan(const std::vector<HostSpec> &mentions) {
+  const auto hello_of = [this](const Host &host) -> const Hello & {
+    return *agents_.at(host_key(host.user, host.host)).hello;
+  };
+  const BareSlots bare_slots = slots_from_hellos([this](const HostSpec &spec) -> const Hello & {
+    return *agents_.at(host_key(spec.user, spec.host)).hello;
+  });
+  std::vector<std::string> warnings;
+  const EnvironmentChanges exported = exported_environment(
+      config_,
+      [](const std::string &name) -> std::optional<std::string> {
+        const char *value = getenv(name.c_str());
+        return value ? std::optional<std::string>(value) : std::nullopt;
+      },
+      warnings);
+  for (const std::string &warning : warnings) {
+    fprintf(stderr, "perseusrun: warning: %s\n", warning.c_str());
+  }
+  // MASTER_ADDR and MASTER_PORT depend on rank 0's host, and which GPUs are free on the
+  // preflight: place the ranks first, then describe each host's job with the facts.
+  JobFacts facts;
+  facts.job_id = job_id();
+  find_shims(facts);
+  facts.secret.assign(reinterpret_cast<const char *>(secret_.data()), secret_.size());
+  plan_ = place_job(config_, mentions, bare_slots);
+  const Host &rank0_host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];
+  const std::map<std::string, BusyGpus> busy = preflight(rank0_host);
+  facts.master_addr = master_address(rank0_host);
+  rendezvous_ = std::make_unique<rendezvous::Server>(secret_, own_address());
+  facts.rendezvous_addr = rendezvous_->address();
+  facts.rendezvous_port = rendezvous_->port();
+  facts.master_port = config_.master_port ? config_.master_port : hello_of(rank0_host).free_port;
+  describe_jobs(config_, plan_, hello_of, facts, exported, [&](const Host &host) {
+    const auto found = busy.find(host_key(host.user, host.host));
+    return found == busy.end() ? BusyGpus{} : found->second;
+  });
+  spdlog::debug("job {}: {} ranks on {} nodes, MASTER_ADDR {} MASTER_PORT {}", facts.job_id,
+                plan_.placement.size(), plan_.placement.nodes.size(), facts.master_addr,
+                facts.master_port);
+}
+
+// The quick part of --check, before any rank starts: a --master-port taken on rank 0's host
+// stops the launch; GPUs that other processes hold are left out of the allotment.
+std::map<std::string, BusyGpus> Launcher::preflight(const Host &rank0_host) {
+  std::map<std::string, BusyGpus> busy;
+  if (!config_.preflight) return busy;
+  const std::string rank0_key = host_key(rank0_host.user, rank0_host.host);
+  std::map<std::string, CheckRequest> requests;
+  for (const std::string &key : agent_order_) {
+    CheckRequest request{{}, config_.gpu_bind != GpuBind::kNone};
+    if (key == rank0_key && config_.master_port) request.ports.push_back(config_.master_port);
+    if (!request.ports.empty() || request.gpus) requests[key] = request;
+  }
+  for (const auto &[key, request] : requests) send_check(*agents_.at(key).link, request);
+  const long long deadline = monotonic_ms() + kHelloTimeoutMs;
+  for (const auto &[key, request] : requests) {
+    AgentLink &link = *agents_.at(key).link;
+    const CheckReport report = check_report(link, deadline);
+    for (const PortUse &use : report.ports) {
+      if (use.in_use) {
+        throw LaunchError("host " + link.host() + ": " + describe(use) +
+                          "; stop that process, or pick another port with --master-port (or "
+                          "leave it out to get a free one)");
+      }
+    }
+    for (const GpuInfo &gpu : report.gpus.gpus) {
+      if (!gpu_is_busy(gpu, config_.gpu_busy_threshold_mib)) continue;
+      busy[key].ids.insert(busy[key].ids.end(), {std::to_string(gpu.index), gpu.uuid});
+      busy[key].detail = describe_busy_gpus(report.gpus, config_.gpu_busy_threshold_mib);
+    }
+  }
+  return busy;
+}
+
+std::string Launcher::master_address(const Host &rank0_host) const {
+  const AgentLink &rank0 = *agents_.at(host_key(rank0_host.user, rank0_host.host)).link;
+  if (!is_local_host(rank0_host.host)) {
+    return rank0.peer_address().empty() ? rank0_host.host : rank0.peer_address();
+  }
+  return own_address();
+}
+
+// This machine's address as every host reaches it: --addr, --iface, the address of the SSH
+// connections, the source address of the route to the first other host, or loopback when the
+// job runs here alone.
+std::string Launcher::own_address() const {
+  if (!config_.ssh.address.empty()) return config_.ssh.address;
+  if (!config_.ssh.interface.empty()) {
+    const std::string address = interface_address(config_.ssh.interface);
+    if (address.empty()) {
+      throw InputError("--iface " + config_.ssh.interface +
+                       ": no such interface with an address on this machine (see 'ip addr')");
+    }
+    return address;
+  }
+  for (const auto &[key, agent] : agents_) {
+    if (!agent.link->local_address().empty()) return agent.link->local_address();
+  }
+  for (const auto &[key, agent] : agents_) {
+    if (!is_local_host(agent.link->host())) {
+      const std::string address = route_source_address(agent.link->host());
+      if (!address.empty()) return address;
+    }
+  }
+  return "127.0.0.1";
+}
+
+void Launcher::display_map() const {
+  for (const RankPlace &place : plan_.placement.ranks) {
+    fprintf(stderr, "perseusrun: rank %d on %s (node %d, local rank %d of %d)\n", place.rank,
+            plan_.hosts[static_cast<size_t>(place.host_index)].host.c_str(), place.node_rank,
+            place.local_rank, place.local_size);
+  }
+}
+
+void Launcher::loop() {
+  start_heartbeats();
+  while (!all_done()) {
+    poll_once();
+    watch_agents();
+    report_failures();
+    output_->flush();
+    hold_back_output();
+    const long long now = monotonic_ms();
+    if (deadline_ms_ && now >= deadline_ms_ && !ending_) {
+      timed_out_ = true;
+      char message[128];
+      snprintf(message, sizeof message,
+               "perseusrun: error: the job ran past --timeout %g s; ending it",
+               config_.timeout_seconds);
+      say(message);
+      end_job(config_.kill_grace_seconds);
+    }
+    if (ending_ && now >= give_up_at_ms_) {
+      say("perseusrun: error: agents did not end the job in time; killing them");
+      for (auto &[key, agent] : agents_) agent.link->kill();
+      return;
+    }
+  }
+}
+
+void Launcher::poll_once() {
+  std::vector<pollfd> fds{{signals_.get(), POLLIN, 0}};
+  const bool want_stdin = stdin_open_ && stdin_in_flight_ < kStdinWindow && agent_of_rank_zero();
+  fds.push_back({want_stdin ? STDIN_FILENO : -1, POLLIN, 0});
+  for (const std::string &key : agent_order_) {
+    Agent &agent = agents_.at(key);
+    FrameChannel &channel = agent.link->channel();
+    fds.push_back({agent.done ? -1 : channel.read_fd(), POLLIN, 0});
+    fds.push_back({!agent.done && channel.wants_write() ? channel.write_fd() : -1, POLLOUT, 0});
+  }
+  for (int fd : output_->poll_fds()) fds.push_back({fd, POLLOUT, 0});
+  if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) throw_system_error("poll", "");
+  if (fds[0].revents) handle_signals();
+  if (fds[1].revents) forward_stdin();
+  for (size_t i = 0; i < agent_order_.size(); ++i) {
+    Agent &agent = agents_.at(agent_order_[i]);
+    if (fds[2 + 2 * i].revents) handle_frames(agent);
+    if (!agent.done && !agent.link->channel().flush()) agent_ended(agent);
+  }
+}
+
+void Launcher::handle_frames(Agent &agent) {
+  std::vector<Frame> frames;
+  bool open = true;
+  try {
+    open = agent.link->channel().read_available(frames);
+  } catch (const LaunchError &error) {
+    say(std::string("perseusrun: error: ") + error.what());
+    open = false;
+  }
+  if (!frames.empty()) agent.heartbeat.heard(monotonic_ms());
+  for (const Frame &frame : frames) handle_frame(agent, frame);
+  if (!open && !agent.done) agent_ended(agent);
+}
+
+void Launcher::handle_frame(Agent &agent, const Frame &frame) {
+  const std::string &peer = agent.link->channel().peer();
+  switch (frame.type) {
+    case FrameType::kOutput:
+      output_->write(decode_output(frame.payload, peer));
+      break;
+    case FrameType::kExited:
+      rank_exited(agent, decode_exited(frame.payload, peer));
+      break;
+    case FrameType::kStdinAck:
+      stdin_in_flight_ -= std::min(stdin_in_flight_, decode_count(frame.payload, peer));
+      break;
+    case FrameType::kError:
+      if (!agent_error_ && !ending_) {
+        agent_error_ = decode_error(frame.payload, peer);
+        say("perseusrun: error: " + agent_error_->message);
+      }
+      end_job(config_.kill_grace_seconds);
+      break;
+    case FrameType::kDone:
+      spdlog::debug("the agent on {} is done", agent.link->host());
+      agent.done = true;
+      agent.link->reap(1000);
+      break;
+    case FrameType::kStarted: {
+      const RankStarted started = decode_started(frame.payload, peer);
+      spdlog::debug("rank {} started on {} as pid {}", started.rank, agent.link->host(),
+                    started.pid);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
+  spdlog::debug("rank {} (pid {}) on {} ended: exit code {}, signal {}", exited.rank, exited.pid,
+                agent.link->host(), exited.exit_code, exited.signal);
+  if (exited.rank == 0) stdin_open_ = false;
+  ended_ranks_.insert(exited.rank);
+  if (rendezvous_ && exited.rank >= 0 &&
+      static_cast<size_t>(exited.rank) < plan_.placement.ranks.size()) {
+    // The ranks that lose a connection to this one read here which peer ended, and how.
+    const std::string how = exited.signal
+                                ? "was killed by signal " + std::to_string(exited.signal) + " (" +
+                                      signal_name(exited.signal) + ")"
+                                : "exited with code " + std::to_string(exited.exit_code);
+    const std::string note = "rank " + std::to_string(exited.rank) + " (host " +
+                             agent.link->host() + ", pid " + std::to_string(exited.pid) + ") " +
+                             how;
+    publish_exit(exited.rank, note);
+  }
+  if ((exited.exit_code != 0 || exited.signal != 0) && !ending_) {
+    new_failures_.push_back(exited);
+  }
+}
+
+// Reports the lowest-numbered rank among those that failed in the last batch, which are the
+// failures the job did not cause itself by ending.
+void Launcher::report_failures() {
+  if (new_failures_.empty()) return;
+  const RankExited &first =
+      *std::min_element(new_failures_.begin(), new_failures_.end(),
+                        [](const RankExited &a, const RankExited &b) { return a.rank < b.rank; });
+  failure_ = first;
+  new_failures_.clear();
+  const std::string &host =
+      plan_
+          .hosts[static_cast<size_t>(
+              plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)]
+          .host;
+  say("perseusrun: " + describe_exit(first, host) + "; ending the job");
+  end_job(config_.kill_grace_seconds);
+}
+
+void Launcher::agent_ended(Agent &agent) {
+  agent.done = true;
+  agent.link->reap(1000);
+  const std::string why = agent.link->failure();
+  publish_lost_ranks(agent, why.empty() ? "its agent ended unexpectedly" : why);
+  if (!ending_) {
+    say("perseusrun: error: the agent on " + agent.link->host() + " ended unexpectedly" +
+        (why.empty() ? "" : " (" + why + ")") + "; ending the job");
+    agent_error_ = AgentError{"agent ended", kExitLaunchFailure};
+    end_job(config_.kill_grace_seconds);
+  }
+}
+
+// From the job's start on, every agent gets a heartbeat and must send one (heartbeat.h).
+void Launcher::start_heartbeats() {
+  const HeartbeatTiming timing =
+      heartbeat_timing(config_.heartbeat_timeout_seconds, "--heartbeat-timeout");
+  for (auto &[key, agent] : agents_) agent.heartbeat = Heartbeat(timing, monotonic_ms());
+}
+
+void Launcher::watch_agents() {
+  const long long now = monotonic_ms();
+  for (const std::string &key : agent_order_) {
+    Agent &agent = agents_.at(key);
+    if (agent.done) continue;
+    if (agent.heartbeat.send_due(now)) agent.link->channel().send(FrameType::kHeartbeat, "");
+    if (agent.heartbeat.lost(now)) agent_lost(agent);
+  }
+}
+
+// An agent silent for the heartbeat timeout: its host is down or cut off (or the agent is
+// stopped). Its connection may never close, so it is ended here; the agent ends its ranks by
+// itself when it misses the launcher's heartbeats.
+void Launcher::agent_lost(Agent &agent) {
+  const std::string why = "no message from its agent for " +
+                          std::to_string(agent.heartbeat.silence_ms(monotonic_ms()) / 1000) +
+                          " s (--heartbeat-timeout " +
+                          std::to_string(agent.heartbeat.timing().timeout_ms / 1000) +
+                          "): the host is down, or the network to it";
+  agent.done = true;
+  agent.link->kill();
+  agent.link->reap(1000);
+  publish_lost_ranks(agent, why);
+  if (!ending_) {
+    say("perseusrun: error: lost host " + agent.link->host() + ": " + why + "; ending the job");
+    agent_error_ = AgentError{"host lost", kExitLaunchFailure};
+    end_job(config_.kill_grace_seconds);
+  }
+}
+
+// Ranks of a lost host cannot report their end: the ranks that lose a connection to one of them
+// read here that it went with its host, so that they blame the host, not one another.
+void Launcher::publish_lost_ranks(const Agent &agent, const std::string &why) {
+  if (!rendezvous_) return;
+  for (const RankPlace &place : plan_.placement.ranks) {
+    const Host &host = plan_.hosts[static_cast<size_t>(place.host_index)];
+    if (ended_ranks_.count(place.rank) || &agents_.at(host_key(host.user, host.host)) != &agent) {
+      continue;
+    }
+    const std::string note = "rank " + std::to_string(place.rank) + " was lost with host " +
+                             agent.link->host() + " (" +
+                             without_host_prefix(why, agent.link->host()) + ")";
+    publish_exit(place.rank, note);
+    ended_ranks_.insert(place.rank);
+  }
+}
+
+// How a rank ended, in the store for the ranks still waiting on it (lib/rendezvous/job_contract.h),
+// and the first such note under one key too, so that ranks can watch for it cheaply.
+void Launcher::publish_exit(int rank, const std::string &note) {
+  rendezvous_->publish(contract::exit_key(rank), note);
+  if (!first_exit_published_) {
+    rendezvous_->publish(contract::kFirstExitKey, note);
+    first_exit_published_ = true;
+  }
+}
+
+void Launcher::handle_signals() {
+  signalfd_siginfo info{};
+  while (::read(signals_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    const int signal = static_cast<int>(info.ssi_signo);
+    if (received_signal_) {
+      end_job(0);  // a second signal: no more grace
+      continue;
+    }
+    received_signal_ = signal;
+    say("perseusrun: got " + signal_name(signal) + "; ending the job (again to kill at once)");
+    end_job(config_.kill_grace_seconds);
+  }
+}
+
+void Launcher::forward_stdin() {
+  Agent *agent = agent_of_rank_zero();
+  char buffer[64 * 1024];
+  const ssize_t n = retry_on_eintr([&] { return ::read(STDIN_FILENO, buffer, sizeof buffer); });
+  if (n > 0 && agent) {
+    agent->link->channel().send(FrameType::kStdin,
+                                std::string_view(buffer, static_cast<size_t>(n)));
+    stdin_in_flight_ += static_cast<size_t>(n);
+    return;
+  }
+  stdin_open_ = false;
+  if (agent) agent->link->channel().send(FrameType::kStdinEof, "");
+}
+
+void Launcher::end_job(double grace_seconds) {
+  spdlog::debug("ending the job: SIGTERM to every rank, SIGKILL after {} s", grace_seconds);
+  const std::string terminate = encode(Terminate{grace_seconds});
+  for (auto &[key, agent] : agents_) {
+    if (!agent.done) agent.link->channel().send(FrameType::kTerminate, terminate);
+  }
+  const long long give_up =
+      monotonic_ms() + static_cast<long long>(grace_seconds * 1000) + kShutdownSlackMs;
+  give_up_at_ms_ = ending_ ? std::min(give_up_at_ms_, give_up) : give_up;
+  ending_ = true;
+  stdin_open_ = false;
+}
+
+// perseusrun's own messages while the job runs queue behind the ranks' stderr lines, so that
+// a stuck stderr never blocks the loop.
+void Launcher::say(const std::string &message) {
+  if (output_) {
+    output_->say(message);
+  } else {
+    fprintf(stderr, "%s\n", message.c_str());
+  }
+}
+
+// Back-pressure: while perseusrun's stdout or stderr lag, the agents stop reading their ranks'
+// output (the ranks block on their pipes), but every other message still flows.
+void Launcher::hold_back_output() {
+  const size_t backlog = output_->backlog();
+  const bool pause = output_paused_ ? backlog > kResumeAt : backlog > kPauseAt;
+  if (pause == output_paused_) return;
+  output_paused_ = pause;
+  spdlog::debug("{} {} bytes queued for output",
+                pause ? "pausing output:" : "resuming output:", backlog);
+  for (auto &[key, agent] : agents_) {
+    if (!agent.done) {
+      agent.link->channel().send(pause ? FrameType::kPauseOutput : FrameType::kResumeOutput, "");
+    }
+  }
+}
+
+// The job has ended: output still queued is written while its destination takes some of it at
+// least every kOutputDrainMs (until a signal comes); the rest is dropped, and the loss said.
+void Launcher::drain_output() {
+  output_->finish();
+  long long give_up = monotonic_ms() + kOutputDrainMs;
+  for (size_t left = output_->backlog(); left > 0 && monotonic_ms() < give_up;) {
+    std::vector<pollfd> fds{{signals_.get(), POLLIN, 0}};
+    for (int fd : output_->poll_fds()) fds.push_back({fd, POLLOUT, 0});
+    poll(fds.data(), fds.size(), 50);
+    if (fds[0].revents) break;
+    output_->flush();
+    if (output_->backlog() < left) give_up = monotonic_ms() + kOutputDrainMs;
+    left = output_->backlog();
+  }
+  output_->drop();
+}
+
+// The last words on stderr: the failing rank and its last lines of stderr (its traceback),
+// and output that was lost. Written directly, with what stderr takes in a bounded time.
+void Launcher::print_summary() {
+  std::string summary;
+  if (failure_) {
+    const RankExited &first = *failure_;
+    const std::string &host =
+        plan_
+            .hosts[static_cast<size_t>(
+                plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)]
+            .host;
+    const std::vector<std::string> tail = output_->stderr_tail(first.rank);
+    summary += "perseusrun: " + describe_exit(first, host);
+    if (tail.empty()) {
+      summary += "; it wrote nothing to stderr\n";
+    } else {
+      summary += "; the last " + std::to_string(tail.size()) + " lines of its stderr:\n";
+      for (const std::string &line : tail) summary += "perseusrun: | " + line + "\n";
+    }
+  }
+  const std::string losses = output_->loss_report();
+  if (!losses.empty()) summary += "perseusrun: warning: " + losses + "\n";
+  if (summary.empty()) return;
+  OutputSink sink(STDERR_FILENO, "stderr");
+  sink.append(-1, summary);
+  const long long give_up = monotonic_ms() + kOutputDrainMs / 2;
+  for (sink.flush(); sink.backlog() > 0 && monotonic_ms() < give_up; sink.flush()) {
+    pollfd out{sink.poll_fd(), POLLOUT, 0};
+    poll(&out, 1, 50);
+  }
+}
+
+bool Launcher::all_done() const {
+  return std::all_of(agents_.begin(), agents_.end(),
+                     [](const auto &entry) { return entry.second.done; });
+}
+
+Launcher::Agent *Launcher::agent_of_rank_zero() {
+  if (plan_.placement.ranks.empty()) return nullptr;
+  const Host &host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];
+  Agent &agent = agents_.at(host_key(host.user, host.host));
+  return agent.done ? nullptr : &agent;
+}
+
+}  // namespace
+
+int run_launcher(const LaunchConfig &config) { return Launcher(config).run(); }
+
+}  // namespace perseus::launch

@@ -1,0 +1,77 @@
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lib/launch/errors.h"
+#include "lib/launch/remote/agent_link.h"
+
+namespace perseus::launch {
+
+namespace {
+
+class ProcessAgentLink : public AgentLink {
+ public:
+  ProcessAgentLink(pid_t pid, FrameChannel channel, std::string host)
+      : pid_(pid), channel_(std::move(channel)), host_(std::move(host)) {}
+  ~ProcessAgentLink() override {
+    if (pid_ > 0) {
+      kill();
+      reap(1000);
+    }
+  }
+
+  FrameChannel &channel() override { return channel_; }
+  const std::string &host() const override { return host_; }
+  void kill() override {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+  void reap(int timeout_ms) override {
+    for (int waited = 0; pid_ > 0; waited += 10) {
+      if (waitpid(pid_, nullptr, WNOHANG) != 0) {
+        pid_ = -1;
+      } else if (waited >= timeout_ms) {
+        return;
+      } else {
+        usleep(10000);
+      }
+    }
+  }
+
+ private:
+  pid_t pid_;
+  FrameChannel channel_;
+  std::string host_;
+};
+
+}  // namespace
+
+std::unique_ptr<AgentLink> start_process_agent(const std::vector<std::string> &argv,
+                                               const std::string &host) {
+  std::vector<char *> args;
+  for (const std::string &arg : argv) args.push_back(const_cast<char *>(arg.c_str()));
+  args.push_back(nullptr);
+  Pipe to_agent = make_pipe();
+  Pipe from_agent = make_pipe();
+  const pid_t pid = fork();
+  if (pid == -1) throw_system_error("fork", "for the agent of " + host);
+  if (pid == 0) {
+    // Its own process group: a Ctrl-C on the terminal reaches perseusrun alone, which then
+    // ends the job in order.
+    setpgid(0, 0);
+    dup2(to_agent.read_end.get(), STDIN_FILENO);
+    dup2(from_agent.write_end.get(), STDOUT_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int signal : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::signal(signal, SIG_DFL);
+    execvp(args[0], args.data());
+    _exit(kExitCannotExecute);
+  }
+  return std::make_unique<ProcessAgentLink>(
+      pid,
+      FrameChannel(std::move(from_agent.read_end), std::move(to_agent.write_end),
+                   "agent on " + host),
+      host);
+}
+
+}  // namespace perseus::launch
