@@ -2,11 +2,13 @@
 """Wall time of starting and ending a job of `true`, perseusrun against mpirun, same run.
 
     bench/launch_time.py [--perseusrun build/apps/perseusrun/perseusrun] [--repeat 15]
+    bench/launch_time.py --against OTHER/perseusrun     # another perseusrun instead of mpirun
 
 For each N in 1, 8, 32 it runs `perseusrun -np N -H localhost:N true` and
 `mpirun --oversubscribe -np N true` alternately, --repeat times each, and prints the medians
-and their ratio as a Markdown table (ratio < 1: perseusrun is faster). Times on this machine
-are CPU-machine times: compare ratios, not absolute values.
+and their ratio as a Markdown table (ratio < 1: perseusrun is faster). --against runs another
+perseusrun build (an older commit's, say) in mpirun's place, the same way: a regression check.
+Times on this machine are CPU-machine times: compare ratios, not absolute values.
 """
 import argparse
 import os
@@ -45,17 +47,20 @@ def main():
                         default=os.path.join(ROOT, "build/apps/perseusrun/perseusrun"))
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--sizes", default="1,8,32")
+    parser.add_argument("--against", help="another perseusrun to compare with, not mpirun")
     args = parser.parse_args()
     mpirun = shutil.which("mpirun")
-    if not mpirun:
+    if not mpirun and not args.against:
         sys.exit("launch_time: mpirun not found (apt-get install openmpi-bin)")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     hangs = {}
-    print("| N | perseusrun median (s) | mpirun median (s) | perseusrun / mpirun | hung runs |")
+    other = "other perseusrun" if args.against else "mpirun"
+    print(f"| N | perseusrun median (s) | {other} median (s) | perseusrun / {other} | hung runs |")
     print("|---|---|---|---|---|")
     for n in (int(s) for s in args.sizes.split(",")):
         ours = [args.perseusrun, "-np", str(n), "-H", f"localhost:{n}", "true"]
-        theirs = [mpirun, "--oversubscribe", "-np", str(n), "true"]
+        theirs = ([args.against, "-np", str(n), "-H", f"localhost:{n}", "true"] if args.against
+                  else [mpirun, "--oversubscribe", "-np", str(n), "true"])
         hangs.clear()
         timed(ours, env, {}), timed(theirs, env, {})  # warm the page cache
         times = {"ours": [], "theirs": []}
