@@ -229,9 +229,12 @@ void Agent::start_guard() {
   }
 }
 
-// A rank that could not join the cgroup is not ended by the guard: say so.
+// A rank that could not join the cgroup is not ended by the guard: say so. A rank that has
+// already ended (a zombie, or reaped) has left the cgroup as every process does when it exits;
+// it had joined it before its exec, so its children are in it: no warning for it.
 void Agent::check_in_cgroup(const Rank &rank) {
   if (!guard_->cgroup() || in_cgroup(rank.process.pid, *guard_->cgroup())) return;
+  if (!start_time_of(rank.process.pid)) return;
   fprintf(stderr,
           "perseusrun agent on %s: warning: rank %d (pid %d) is not in the job's cgroup %s: if "
           "the agent is killed, processes that rank starts may be left running\n",
