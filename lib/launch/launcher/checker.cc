@@ -14,13 +14,9 @@ namespace perseus::launch {
 
 namespace {
 
-constexpr int kAnswerTimeoutMs = 30000;
-
-// One entry per distinct host, in order of first mention.
+// One entry per distinct host, in order of first mention: its agent and what was found there.
 struct Target {
-  HostSpec spec;
-  std::unique_ptr<AgentLink> link;
-  std::optional<Hello> hello;
+  ReachedAgent agent;
   HostFindings found;
 };
 
@@ -33,7 +29,7 @@ std::vector<Target> reach(const LaunchConfig &config, const std::vector<HostSpec
       found.agent_version = agent.hello->version;
       found.hostname = agent.hello->hostname;
     }
-    targets.push_back(Target{agent.spec, std::move(agent.link), std::move(agent.hello), found});
+    targets.push_back(Target{std::move(agent), found});
   }
   return targets;
 }
@@ -47,9 +43,9 @@ std::string place(const LaunchConfig &config, const std::vector<HostSpec> &menti
   const auto hello_of = [&](const std::string &user, const std::string &host) -> const Hello & {
     const std::string key = host_key(user, host);
     const Target &target = *std::find_if(targets.begin(), targets.end(), [&](const Target &t) {
-      return host_key(t.spec.user, t.spec.host) == key;
+      return host_key(t.agent.spec.user, t.agent.spec.host) == key;
     });
-    return target.hello ? *target.hello : kUnreached;
+    return target.agent.hello ? *target.agent.hello : kUnreached;
   };
   const JobPlan plan = plan_job(
       config, mentions, slots_from_hellos([&](const HostSpec &s) -> const Hello & {
@@ -59,7 +55,8 @@ std::string place(const LaunchConfig &config, const std::vector<HostSpec> &menti
   for (size_t i = 0; i < plan.jobs.size(); ++i) {
     targets[i].found.ranks = static_cast<int>(plan.jobs[i].ranks.size());
   }
-  const HostSpec &rank0 = targets[static_cast<size_t>(plan.placement.ranks[0].host_index)].spec;
+  const HostSpec &rank0 =
+      targets[static_cast<size_t>(plan.placement.ranks[0].host_index)].agent.spec;
   return host_key(rank0.user, rank0.host);
 }
 
@@ -69,7 +66,7 @@ CheckRequest request_for(const LaunchConfig &config, const Target &t,
                          const std::string &rank0_host) {
   CheckRequest request{{}, true};
   if (config.master_port &&
-      (rank0_host.empty() || rank0_host == host_key(t.spec.user, t.spec.host))) {
+      (rank0_host.empty() || rank0_host == host_key(t.agent.spec.user, t.agent.spec.host))) {
     request.ports.push_back(config.master_port);
   }
   return request;
@@ -82,8 +79,8 @@ int run_check(const LaunchConfig &config) {
   std::vector<Target> targets = reach(config, mentions);
   std::vector<std::string> placement_problems;
   std::string rank0_host;
-  const bool all_reached =
-      std::all_of(targets.begin(), targets.end(), [](const Target &t) { return t.hello; });
+  const bool all_reached = std::all_of(targets.begin(), targets.end(),
+                                       [](const Target &t) { return t.agent.hello.has_value(); });
   try {
     rank0_host = place(config, mentions, targets);
   } catch (const std::exception &error) {
@@ -94,15 +91,15 @@ int run_check(const LaunchConfig &config) {
   }
   // Every host checks at once; a host that fails gets its error in its findings.
   for (Target &t : targets) {
-    if (t.hello) send_check(*t.link, request_for(config, t, rank0_host));
+    if (t.agent.hello) send_check(*t.agent.link, request_for(config, t, rank0_host));
   }
-  const long long deadline = monotonic_ms() + kAnswerTimeoutMs;
+  const long long deadline = monotonic_ms() + kAgentAnswerMs;
   for (Target &t : targets) {
-    if (!t.hello) continue;
+    if (!t.agent.hello) continue;
     try {
-      t.found.report = check_report(*t.link, deadline);
+      t.found.report = check_report(*t.agent.link, deadline);
     } catch (const std::exception &error) {
-      t.found.error = without_host_prefix(error.what(), t.spec.host);
+      t.found.error = without_host_prefix(error.what(), t.agent.spec.host);
     }
   }
   std::vector<HostFindings> findings;

@@ -39,7 +39,6 @@ namespace perseus::launch {
 
 namespace {
 
-constexpr int kHelloTimeoutMs = 30000;
 // How long agents get, beyond the grace, to report that everything has ended.
 constexpr int kShutdownSlackMs = 10000;
 // Stdin bytes sent to rank 0 but not yet written by it; past this, perseusrun stops reading.
@@ -295,7 +294,7 @@ std::map<std::string, BusyGpus> Launcher::preflight(const Host &rank0_host) {
     if (!request.ports.empty() || request.gpus) requests[key] = request;
   }
   for (const auto &[key, request] : requests) send_check(*agents_.at(key).link, request);
-  const long long deadline = monotonic_ms() + kHelloTimeoutMs;
+  const long long deadline = monotonic_ms() + kAgentAnswerMs;
   for (const auto &[key, request] : requests) {
     AgentLink &link = *agents_.at(key).link;
     const CheckReport report = check_report(link, deadline);

@@ -16,9 +16,6 @@ namespace perseus::launch {
 
 namespace {
 
-// How long an agent that is ready may take to say Hello.
-constexpr int kHelloTimeoutMs = 30000;
-
 std::vector<std::string> openssh_command(const HostSpec &spec, const SshOptions &ssh,
                                          const std::string &user, const std::string &command) {
   std::vector<std::string> argv{
@@ -131,7 +128,7 @@ std::vector<ReachedAgent> reach_agents(const std::vector<HostSpec> &mentions,
       monotonic_ms() + static_cast<long long>(config.ssh.connect_timeout_seconds * 1000) + 5000;
   each([&](ReachedAgent &agent) { agent.link->wait_ready(ready_by); });
   each([&](ReachedAgent &agent) { agent.link->start(); });
-  const long long hello_by = monotonic_ms() + kHelloTimeoutMs;
+  const long long hello_by = monotonic_ms() + kAgentAnswerMs;
   each([&](ReachedAgent &agent) {
     agent.hello = receive_hello(*agent.link, hello_by);
     spdlog::debug(

@@ -25,6 +25,9 @@ Frame receive_frame(AgentLink &link, FrameType type, long long deadline_ms);
 // The agent's Hello, checked to be of this very version.
 Hello receive_hello(AgentLink &link, long long deadline_ms);
 
+// How long a started agent may take to answer: its Hello, a check report.
+inline constexpr int kAgentAnswerMs = 30000;
+
 // The check exchange with a started agent (the launcher's preflight and --check), in two halves
 // so that every host checks at once: send_check queues the request; check_report sends it and
 // waits for the agent's report, throwing LaunchError naming the host when the agent ends or is
