@@ -10,10 +10,10 @@
 
 #include <unistd.h>
 
+#include "lib/comm/fusion_plan.h"
 #include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/nccl/hierarchy.h"
 #include "lib/comm/reduction.h"
-#include "lib/comm/shm/local_allreduce.h"
 
 namespace perseus::comm {
 
@@ -61,21 +61,6 @@ constexpr auto kExitNotePatience = std::chrono::seconds(3);
 constexpr auto kNoNotesPatience = std::chrono::seconds(8);
 constexpr auto kExitNotePoll = std::chrono::milliseconds(50);
 
-long long parse_number(Lookup lookup, const char *name, long long fallback, long long low,
-                       long long high) {
-  const char *value = lookup(name);
-  if (!value || !*value) return fallback;
-  long long number = 0;
-  const char *end = value + std::strlen(value);
-  const auto [at, ec] = std::from_chars(value, end, number);
-  if (ec != std::errc() || at != end || number < low || number > high) {
-    throw Error(Code::kInvalidArgument, std::string(name) + "='" + value +
-                                            "' is not a whole number in [" + std::to_string(low) +
-                                            ", " + std::to_string(high) + "]: fix or unset it");
-  }
-  return number;
-}
-
 std::string ranks_text(const std::vector<int> &ranks) {
   std::string text;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -105,48 +90,15 @@ size_t bytes_of(uint64_t count, DataType type) {
 
 }  // namespace
 
-EngineSettings read_engine_settings(Lookup lookup) {
-  EngineSettings s;
-  constexpr long long kWeek = 7LL * 24 * 3600;
-  s.fusion_threshold =
-      static_cast<size_t>(parse_number(lookup, "PERSEUS_FUSION_THRESHOLD",
-                                       static_cast<long long>(s.fusion_threshold), 0, 1LL << 40));
-  // Milliseconds, as Horovod's HOROVOD_CYCLE_TIME; fractions are not accepted.
-  s.cycle_time =
-      std::chrono::milliseconds(parse_number(lookup, "PERSEUS_CYCLE_TIME", 1, 0, 10 * 1000));
-  if (s.cycle_time.count() == 0) s.cycle_time = std::chrono::microseconds(100);
-  s.stall_check = std::chrono::seconds(
-      parse_number(lookup, "PERSEUS_STALL_CHECK_SECONDS", s.stall_check.count(), 0, kWeek));
-  s.stall_shutdown =
-      std::chrono::seconds(parse_number(lookup, "PERSEUS_STALL_SHUTDOWN_SECONDS", 0, 0, kWeek));
-  s.deadlock = std::chrono::seconds(
-      parse_number(lookup, "PERSEUS_DEADLOCK_SECONDS", s.deadlock.count(), 0, kWeek));
-  s.shared_memory = parse_number(lookup, "PERSEUS_SHM", 1, 0, 1) == 1;
-  s.allreduce_streams =
-      static_cast<int>(parse_number(lookup, "PERSEUS_ALLREDUCE_STREAMS", 1, 1, 64));
-  const char *hierarchical = lookup("PERSEUS_HIERARCHICAL_ALLREDUCE");
-  s.hierarchical_allreduce =
-      parse_number(lookup,
-                   hierarchical && *hierarchical ? "PERSEUS_HIERARCHICAL_ALLREDUCE"
-                                                 : "HOROVOD_HIERARCHICAL_ALLREDUCE",
-                   0, 0, 1) == 1;
-  s.shutdown_timeout = std::chrono::seconds(parse_number(lookup, "PERSEUS_SHUTDOWN_TIMEOUT_SECONDS",
-                                                         s.shutdown_timeout.count(), 0, kWeek));
-  const char *timeline = lookup("PERSEUS_TIMELINE");
-  s.timeline = timeline ? timeline : "";
-  return s;
-}
-
-Engine::Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
+Engine::Engine(const JobEnvironment &job, std::unique_ptr<HostExecutor> host,
                EngineSettings settings, LostPeers lost_peers, EngineStore store,
-               std::unique_ptr<shm::LocalAllreduce> local, ExitNotes exit_notes)
+               ExitNotes exit_notes)
     : job_(job),
       settings_(std::move(settings)),
-      backend_(std::move(backend)),
+      host_(std::move(host)),
       lost_peers_(std::move(lost_peers)),
       exit_notes_(std::move(exit_notes)),
       store_(std::move(store)),
-      local_(std::move(local)),
       negotiator_(job.rank, job.size),
       timeline_(job.rank == 0 ? settings_.timeline : ""),
       last_stall_scan_(Clock::now()),
@@ -372,18 +324,16 @@ void Engine::loop() {
     // The callers first, then the connections: closing them makes the ranks that wait on this
     // one fail too, but might itself wait on a broken peer.
     fail_everything(error.code(), message);
-    backend_.reset();
-    set_backends_.clear();
+    host_->close();
   } catch (const std::exception &error) {
-    backend_.reset();
+    host_->close();
     fail_everything(Code::kInternal, std::string("the background thread failed (a bug in "
                                                  "libperseus, please report it): ") +
                                          error.what());
   }
   device_pending_.clear();  // their requests have succeeded or failed by now
   device_.reset();          // on the thread that used it
-  local_.reset();
-  set_backends_.clear();
+  host_->finish();
   timeline_.flush();
   {
     std::lock_guard lock(mutex_);
@@ -434,7 +384,7 @@ nccl::HostLayout Engine::device_layout() {
   }
   std::copy_n(host.begin(), std::min(host.size(), kRecord - 2), mine.begin() + 1);
   std::vector<char> all(kRecord * static_cast<size_t>(job_.size));
-  backend_->allgather(mine.data(), all.data(), kRecord, DataType::kUint8);
+  host_->allgather(mine.data(), kRecord, all.data());
   const bool wanted = all[0] != 0;
   if (wanted != settings_.hierarchical_allreduce) {
     std::fprintf(stderr,
@@ -662,11 +612,7 @@ std::vector<RankMessage> Engine::exchange(const RankMessage &mine) {
   std::memcpy(slot.data(), &length, sizeof length);
   std::memcpy(slot.data() + sizeof length, bytes.data(), std::min(bytes.size(), kSlotPayload));
   std::vector<uint8_t> slots(kSlotBytes * size);
-  if (local_) {
-    local_->allgather(slot.data(), kSlotBytes, slots.data());  // every rank on this host
-  } else {
-    backend_->allgather(slot.data(), slots.data(), kSlotBytes, DataType::kUint8);
-  }
+  host_->allgather(slot.data(), kSlotBytes, slots.data());
 
   std::vector<size_t> lengths(size);
   bool all_fit = true;
@@ -688,8 +634,8 @@ std::vector<RankMessage> Engine::exchange(const RankMessage &mine) {
   size_t total = 0;
   for (size_t n : lengths) total += n;
   std::vector<uint8_t> all(std::max<size_t>(total, 1));
-  backend_->allgatherv(bytes.empty() ? all.data() : reinterpret_cast<const uint8_t *>(bytes.data()),
-                       all.data(), lengths);
+  host_->allgatherv(bytes.empty() ? all.data() : reinterpret_cast<const uint8_t *>(bytes.data()),
+                    all.data(), lengths);
   size_t offset = 0;
   for (size_t r = 0; r < size; ++r) {
     const auto *at = reinterpret_cast<const char *>(all.data() + offset);
@@ -700,35 +646,14 @@ std::vector<RankMessage> Engine::exchange(const RankMessage &mine) {
 }
 
 void Engine::run(const std::vector<Agreed> &ready) {
-  // Fusion: all-reduces with the same type, op, scales and memory are packed, in agreed order,
-  // into buffers of at most fusion_threshold bytes. Every rank makes the same plan from the
-  // same list.
-  std::vector<bool> done(ready.size(), false);
-  for (size_t i = 0; i < ready.size(); ++i) {
-    if (done[i]) continue;
-    done[i] = true;
-    const Agreed &first = ready[i];
-    const Descriptor &d = first.per_rank[0];
-    if (!first.error.empty() || d.kind != OpKind::kAllreduce) {
+  for (const auto &indexes : plan_fusion(ready, settings_.fusion_threshold)) {
+    const Agreed &first = ready[indexes.front()];
+    if (!first.error.empty() || first.per_rank[0].kind != OpKind::kAllreduce) {
       run_one(first);
       continue;
     }
-    std::vector<const Agreed *> group = {&first};
-    size_t bytes = bytes_of(d.count, d.type);
-    for (size_t j = i + 1; j < ready.size() && bytes < settings_.fusion_threshold; ++j) {
-      const Agreed &other = ready[j];
-      const Descriptor &o = other.per_rank[0];
-      if (done[j] || !other.error.empty() || o.kind != OpKind::kAllreduce || o.type != d.type ||
-          o.op != d.op || o.prescale != d.prescale || o.postscale != d.postscale ||
-          o.process_set != d.process_set || (o.device < 0) != (d.device < 0)) {
-        continue;
-      }
-      const size_t more = bytes_of(o.count, o.type);
-      if (bytes + more > settings_.fusion_threshold) continue;
-      bytes += more;
-      group.push_back(&other);
-      done[j] = true;
-    }
+    std::vector<const Agreed *> group;
+    for (size_t i : indexes) group.push_back(&ready[i]);
     run_allreduces(group);
   }
   if (!device_queued_.empty()) {
@@ -758,16 +683,10 @@ void Engine::complete_device_work(bool block) {
 
 void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
   const Descriptor &d = group.front()->per_rank[0];
-  const size_t unit = element_size(d.type);
   const auto me = static_cast<size_t>(job_.rank);
   if (!group.front()->member[me]) return;  // another process set's operations
-  set_ = d.process_set;
   std::vector<std::shared_ptr<Request>> requests;
-  size_t total = 0;
-  for (const Agreed *a : group) {
-    requests.push_back(a->joined[me] ? nullptr : find(a->name));
-    total += static_cast<size_t>(a->per_rank[0].count);
-  }
+  for (const Agreed *a : group) requests.push_back(a->joined[me] ? nullptr : find(a->name));
   const auto started = Clock::now();
   for (const Agreed *a : group) {
     timeline_.end(a->name, started);
@@ -775,97 +694,32 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
   }
   if (d.device >= 0) {
     run_device_allreduces(group, requests);
-  } else if (total > 0) {
-    // One tensor needs no fusion buffer: it is reduced where it lies.
-    void *buffer = nullptr;
-    const bool direct = group.size() == 1 && requests[0] != nullptr;
-    if (direct && local_ && set_ == 0 && d.prescale == 1.0) {
-      // Shared memory reads the input where it lies: no copy into recv first.
-      const auto sent = Clock::now();
-      local_->allreduce(requests[0]->send, requests[0]->recv, total, d.type, d.op);
-      scale_elements(requests[0]->recv, total, d.type, d.postscale);
-      timeline_.span(group[0]->name, "SHM_ALLREDUCE", sent, Clock::now());
-      buffer = nullptr;
-    } else if (direct) {
-      buffer = requests[0]->recv;
-      if (requests[0]->send != buffer) std::memcpy(buffer, requests[0]->send, total * unit);
-    } else {
-      if (fusion_.size() < total * unit) fusion_.resize(total * unit);
-      buffer = fusion_.data();
-      size_t offset = 0;
-      for (size_t k = 0; k < group.size(); ++k) {
-        const size_t n = static_cast<size_t>(group[k]->per_rank[0].count) * unit;
-        if (n == 0) continue;  // an empty tensor may have NULL buffers
-        if (requests[k]) {
-          std::memcpy(fusion_.data() + offset, requests[k]->send, n);
-        } else {
-          std::memset(fusion_.data() + offset, 0, n);  // a joined rank adds nothing
-        }
-        offset += n;
-      }
-      if (timeline_.enabled()) {
-        for (const Agreed *a : group) {
-          timeline_.span(a->name, "MEMCPY_IN_FUSION_BUFFER", started, Clock::now());
-        }
-      }
-    }
-    const auto sent = Clock::now();
-    if (buffer) {
-      scale_elements(buffer, total, d.type, d.prescale);
-      host_allreduce(buffer, total, d.type, d.op);
-      scale_elements(buffer, total, d.type, d.postscale);
-    }
-    const auto reduced = Clock::now();
-    if (timeline_.enabled() && buffer) {
-      const char *phase = local_ ? "SHM_ALLREDUCE" : "GLOO_ALLREDUCE";
-      for (const Agreed *a : group) timeline_.span(a->name, phase, sent, reduced);
-    }
-    if (!direct) {
-      size_t offset = 0;
-      for (size_t k = 0; k < group.size(); ++k) {
-        const size_t n = static_cast<size_t>(group[k]->per_rank[0].count) * unit;
-        if (requests[k] && n > 0) std::memcpy(requests[k]->recv, fusion_.data() + offset, n);
-        offset += n;
-      }
-      if (timeline_.enabled()) {
-        for (const Agreed *a : group) {
-          timeline_.span(a->name, "MEMCPY_OUT_FUSION_BUFFER", reduced, Clock::now());
-        }
-      }
-    }
-  }
-  if (d.device >= 0) {
-    for (size_t k = 0; k < group.size(); ++k)
+    for (size_t k = 0; k < group.size(); ++k) {
       device_queued_.emplace_back(group[k]->name, requests[k]);
+    }
     return;
   }
+  std::vector<HostExecutor::Piece> pieces;
+  for (size_t k = 0; k < group.size(); ++k) {
+    const auto &r = requests[k];
+    pieces.push_back({r ? r->send : nullptr, r ? r->recv : nullptr,
+                      static_cast<size_t>(group[k]->per_rank[0].count)});
+  }
+  const auto times =
+      host_->allreduce(d.process_set, pieces, d.type, d.op, {d.prescale, d.postscale});
   const auto finished = Clock::now();
   for (size_t k = 0; k < group.size(); ++k) {
-    timeline_.end(group[k]->name, finished);
+    const std::string &name = group[k]->name;
+    if (times.fused) timeline_.span(name, "MEMCPY_IN_FUSION_BUFFER", started, times.packed);
+    if (times.reduced != times.packed) timeline_.span(name, times.by, times.packed, times.reduced);
+    if (times.fused) timeline_.span(name, "MEMCPY_OUT_FUSION_BUFFER", times.reduced, finished);
+    timeline_.end(name, finished);
     succeed(requests[k]);
   }
 }
 
-void Engine::host_allreduce(void *buffer, size_t count, DataType type, ReduceOp op) {
-  if (set_ != 0) {
-    transport::Backend *backend = set_backend(set_);
-    if (backend) backend->allreduce(buffer, buffer, count, type, op);  // else one member
-    return;
-  }
-  if (local_) {
-    local_->allreduce(buffer, count, type, op);
-  } else {
-    backend_->allreduce(buffer, buffer, count, type, op);
-  }
-}
-
-transport::Backend *Engine::set_backend(int set) {
-  const auto found = set_backends_.find(set);
-  return found == set_backends_.end() ? nullptr : found->second.get();
-}
-
-int Engine::rank_in_set(int rank) const {
-  const auto &ranks = negotiator_.members(set_);
+int Engine::rank_in_set(int set, int rank) const {
+  const auto &ranks = negotiator_.members(set);
   return static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
 }
 
@@ -887,20 +741,11 @@ void Engine::run_one(const Agreed &agreed) {
   const Descriptor &d = agreed.per_rank[me];
   if (agreed.error.empty() && agreed.created_set >= 0) {
     const auto &ranks = negotiator_.members(agreed.created_set);
-    const auto at = std::find(ranks.begin(), ranks.end(), job_.rank);
-    if (at != ranks.end() && ranks.size() > 1) {
-      // The members connect among themselves now; the others go on.
-      set_backends_[agreed.created_set] = store_.make_backend(
-          agreed.created_set, static_cast<int>(at - ranks.begin()), static_cast<int>(ranks.size()));
-    }
-    {
-      std::lock_guard lock(mutex_);
-      sets_.push_back(ranks);
-    }
+    host_->add_set(agreed.created_set, ranks);  // its members connect now; the others go on
+    std::lock_guard lock(mutex_);
+    sets_.push_back(ranks);
   }
   if (!agreed.member[me]) return;  // another process set's operation
-  set_ = d.process_set;
-  transport::Backend *backend = set_ == 0 ? backend_.get() : set_backend(set_);
   auto request = agreed.joined[me] ? nullptr : find(agreed.name);
   const auto started = Clock::now();
   timeline_.end(agreed.name, started);
@@ -912,29 +757,25 @@ void Engine::run_one(const Agreed &agreed) {
   timeline_.begin(agreed.name, phase_of(d.kind), started);
   if (d.device >= 0) {
     run_device_one(agreed, request);
-    timeline_.end(agreed.name, Clock::now());
-    succeed(request);
-    return;
+  } else {
+    run_host_one(agreed, request);
   }
+  timeline_.end(agreed.name, Clock::now());
+  succeed(request);
+}
+
+void Engine::run_host_one(const Agreed &agreed, const std::shared_ptr<Request> &request) {
+  const Descriptor &d = agreed.per_rank[static_cast<size_t>(job_.rank)];
+  const int set = d.process_set;
   const size_t unit = element_size(d.type);
+  // Counts and blocks are per member of the set, in rank order (every rank for set 0).
+  const auto &ranks = negotiator_.members(set);
   switch (d.kind) {
-    case OpKind::kAllreduce:  // run_allreduces has them
+    case OpKind::kBroadcast:
+      host_->broadcast(set, request ? request->recv : nullptr, bytes_of(d.count, d.type),
+                       rank_in_set(set, d.root));
       break;
-    case OpKind::kBroadcast: {
-      const size_t bytes = bytes_of(d.count, d.type);
-      if (bytes == 0) break;
-      std::vector<uint8_t> scratch;
-      void *buffer = request ? request->recv : nullptr;
-      if (!buffer) {
-        scratch.resize(bytes);
-        buffer = scratch.data();
-      }
-      if (backend) backend->broadcast(buffer, bytes, DataType::kUint8, rank_in_set(d.root));
-      break;
-    }
     case OpKind::kAllgatherv: {
-      // In rank order among the process set's members.
-      const auto &ranks = negotiator_.members(set_);
       std::vector<size_t> counts;
       std::vector<size_t> bytes;
       size_t total = 0;
@@ -945,21 +786,12 @@ void Engine::run_one(const Agreed &agreed) {
       }
       request->output.resize(total);
       request->output_counts = counts;
-      if (total == 0) break;
-      uint8_t dummy = 0;
-      const void *send = d.count ? request->send : &dummy;
-      if (backend) {
-        backend->allgatherv(send, request->output.data(), bytes);
-      } else {
-        std::memcpy(request->output.data(), send, total);  // a set of one
-      }
+      host_->allgatherv(set, d.count ? request->send : nullptr, request->output.data(), bytes);
       break;
     }
     case OpKind::kAlltoall: {
-      // Counts are per member of the set, in rank order (every rank for set 0).
-      const auto &ranks = negotiator_.members(set_);
       const size_t n = ranks.size();
-      const auto mine = static_cast<size_t>(rank_in_set(job_.rank));
+      const auto mine = static_cast<size_t>(rank_in_set(set, job_.rank));
       std::vector<size_t> out(n);
       std::vector<size_t> in(n);
       std::vector<size_t> counts(n);
@@ -976,46 +808,23 @@ void Engine::run_one(const Agreed &agreed) {
       request->output.resize(total_in);
       request->output_counts = counts;
       if (everywhere == 0) break;  // the same decision on every member
-      if (!backend) {              // a set of one: its own block
-        if (total_in) std::memcpy(request->output.data(), request->send, total_in);
-        break;
-      }
-      uint8_t dummy_out = 0;
-      std::vector<uint8_t> dummy_in(1);
-      backend->alltoallv(request->send ? request->send : &dummy_out, out,
-                         total_in ? request->output.data() : dummy_in.data(), in);
+      host_->alltoallv(set, request->send, out, total_in ? request->output.data() : nullptr, in);
       break;
     }
     case OpKind::kReducescatter: {
-      // An all-reduce of the whole input, of which this rank keeps its block: twice the
-      // traffic of a true reduce-scatter, which Debian's Gloo lacks for arbitrary blocks.
-      // Blocks are per member of the set, in rank order.
-      const auto mine_at = static_cast<size_t>(rank_in_set(job_.rank));
-      size_t total = 0;
-      size_t offset = 0;
-      for (size_t i = 0; i < d.counts.size(); ++i) {
-        if (i == mine_at) offset = total;
-        total += static_cast<size_t>(d.counts[i]);
-      }
-      if (total == 0) break;
-      if (fusion_.size() < total * unit) fusion_.resize(total * unit);
-      std::memcpy(fusion_.data(), request->send, total * unit);
-      scale_elements(fusion_.data(), total, d.type, d.prescale);
-      host_allreduce(fusion_.data(), total, d.type, d.op);
-      const size_t mine = static_cast<size_t>(d.counts[mine_at]);
-      scale_elements(fusion_.data() + offset * unit, mine, d.type, d.postscale);
-      if (mine) std::memcpy(request->recv, fusion_.data() + offset * unit, mine * unit);
+      const std::vector<size_t> counts(d.counts.begin(), d.counts.end());
+      host_->reducescatter(set, request->send, request->recv, counts, rank_in_set(set, job_.rank),
+                           d.type, d.op, {d.prescale, d.postscale});
       break;
     }
-    case OpKind::kBarrier:  // agreement itself proved that every rank has arrived
-    case OpKind::kJoin:
-      break;
     case OpKind::kAddProcessSet:
       if (request) request->last_rank = agreed.created_set;
       break;
+    case OpKind::kAllreduce:  // run_allreduces has them
+    case OpKind::kBarrier:    // agreement itself proved that every rank has arrived
+    case OpKind::kJoin:
+      break;
   }
-  timeline_.end(agreed.name, Clock::now());
-  succeed(request);
 }
 
 // Rank 0 looks every second (kStallScan) and reports an operation once it has waited

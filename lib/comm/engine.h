@@ -1,18 +1,19 @@
 #pragma once
 // The background thread that runs every operation (Horovod's model). Callers submit requests
 // from any thread; the thread, once per cycle, tells the other ranks what is new here (one
-// small allgather through the backend, a second one only when a message does not fit the
+// small allgather through the host executor, a second one only when a message does not fit the
 // first), feeds every rank's message to its Negotiator, and runs what every rank has submitted,
 // in the agreed order, fusing small all-reduces into one buffer.
 //
 // Failures: an argument the ranks disagree on fails that operation on every rank and the job
 // goes on. A backend failure (a peer lost, a transfer broken) is the job's end: every pending
 // and later request fails with the same message, which names the peer that ended when the
-// launcher has told (see `LostPeers`), and the backend is closed at once so that the other
+// launcher has told (see `LostPeers`), and the connections are closed at once so that the other
 // ranks notice too instead of waiting on this one.
 //
-// Ownership: the engine owns the backend and the thread; requests are shared with the callers'
-// handles; their buffers are borrowed until the request is done.
+// Ownership: the engine owns the executors (host memory's, and device memory's once a device
+// operation comes) and the thread; requests are shared with the callers' handles; their
+// buffers are borrowed until the request is done.
 
 #include <atomic>
 #include <chrono>
@@ -26,65 +27,21 @@
 #include <thread>
 #include <vector>
 
+#include "lib/comm/engine_settings.h"
+#include "lib/comm/host_executor.h"
 #include "lib/comm/job_environment.h"
 #include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/negotiation.h"
 #include "lib/comm/operation.h"
 #include "lib/comm/timeline.h"
-#include "lib/comm/transport/backend.h"
 
 namespace perseus::comm {
-
-struct EngineSettings {
-  // PERSEUS_FUSION_THRESHOLD: all-reduces agreed in one cycle are packed into buffers of at
-  // most this many bytes (0: no fusion).
-  size_t fusion_threshold = 64 * 1024 * 1024;
-  // PERSEUS_CYCLE_TIME: the longest an idle background thread sleeps before it checks with
-  // the other ranks (new work wakes it at once). After a second without work it sleeps up to
-  // five times longer, to spare the CPU of a rank that does not communicate.
-  std::chrono::microseconds cycle_time{1000};
-  // PERSEUS_STALL_CHECK_SECONDS (0: off): rank 0 warns about an operation some ranks have
-  // submitted and others not for this long, naming them.
-  std::chrono::seconds stall_check{60};
-  // PERSEUS_STALL_SHUTDOWN_SECONDS (0: never): such an operation then fails on the ranks
-  // that submitted it.
-  std::chrono::seconds stall_shutdown{0};
-  // PERSEUS_DEADLOCK_SECONDS (0: off): when every rank is blocked waiting for operations that
-  // some rank never submitted (rank 0 in a barrier, rank 1 in an all-reduce), and no rank has
-  // submitted anything for this long, every one of those operations fails on every rank,
-  // naming who waits for what, instead of the job hanging.
-  std::chrono::seconds deadlock{10};
-  std::string timeline;  // PERSEUS_TIMELINE: a file name; rank 0 writes it
-  // PERSEUS_SHM (1; 0 turns it off): host all-reduces through shared memory when every rank is
-  // on one host.
-  bool shared_memory = true;
-  // PERSEUS_ALLREDUCE_STREAMS (1..64): device all-reduces (fused buffers) are spread over this
-  // many CUDA streams, each with its own NCCL communicator and fusion buffer.
-  int allreduce_streams = 1;
-  // PERSEUS_HIERARCHICAL_ALLREDUCE (0; 1 turns it on; HOROVOD_HIERARCHICAL_ALLREDUCE is read
-  // when it is unset): device all-reduces of a job over several hosts go in two levels, inside
-  // each host and across hosts (nccl/hierarchy.h). Rank 0's setting holds for the job.
-  bool hierarchical_allreduce = false;
-  // PERSEUS_SHUTDOWN_TIMEOUT_SECONDS (0: no limit): how long perseus_finalize waits for the
-  // background thread to leave the job with the others before it gives up on them.
-  std::chrono::seconds shutdown_timeout{30};
-};
-
-// Reads the PERSEUS_* tuning variables above; Error(kInvalidArgument) naming a bad value.
-EngineSettings read_engine_settings(Lookup lookup);
-
-namespace shm {
-class LocalAllreduce;
-}
 
 // The job's store as the engine's thread uses it (the NCCL communicator's id).
 struct EngineStore {
   std::function<void(const std::string &key, const std::string &value)> set;
   std::function<std::string(const std::string &key, std::chrono::milliseconds timeout)> get;
   std::string prefix;  // keys of this perseus_init: "perseus/comm/<init number>/"
-  // Connects the members of a new process set among themselves (collective among them).
-  std::function<std::unique_ptr<transport::Backend>(int set, int rank_in_set, int set_size)>
-      make_backend;
 };
 
 class Engine {
@@ -96,9 +53,9 @@ class Engine {
   // block for long. Null under another launcher, which writes no such notes.
   using ExitNotes = std::function<std::string(const std::vector<int> &ranks)>;
 
-  Engine(const JobEnvironment &job, std::unique_ptr<transport::Backend> backend,
-         EngineSettings settings, LostPeers lost_peers, EngineStore store,
-         std::unique_ptr<shm::LocalAllreduce> local = nullptr, ExitNotes exit_notes = nullptr);
+  // host: connected to every rank (the engine's own exchange goes through it too).
+  Engine(const JobEnvironment &job, std::unique_ptr<HostExecutor> host, EngineSettings settings,
+         LostPeers lost_peers, EngineStore store, ExitNotes exit_notes = nullptr);
   // Stops the thread without agreement (shutdown() is the orderly way).
   ~Engine();
   Engine(const Engine &) = delete;
@@ -168,23 +125,19 @@ class Engine {
   void run_device_allreduces(const std::vector<const Agreed *> &group,
                              const std::vector<std::shared_ptr<Request>> &requests);
   void run_device_one(const Agreed &agreed, const std::shared_ptr<Request> &request);
-  void host_allreduce(void *buffer, size_t count, DataType type, ReduceOp op);
   // Completes the device all-reduces the GPU has finished, oldest first; with `block`, waits
   // for all of them.
   void complete_device_work(bool block);
-  transport::Backend *set_backend(int set);  // null: this rank alone in it
-  int rank_in_set(int rank) const;           // in set_
+  void run_host_one(const Agreed &agreed, const std::shared_ptr<Request> &request);
+  int rank_in_set(int set, int rank) const;  // its index among the set's members
 
   const JobEnvironment job_;
   const EngineSettings settings_;
-  std::unique_ptr<transport::Backend> backend_;
+  std::unique_ptr<HostExecutor> host_;
   LostPeers lost_peers_;
   ExitNotes exit_notes_;
   EngineStore store_;
   std::unique_ptr<nccl::DeviceExecutor> device_;
-  std::unique_ptr<shm::LocalAllreduce> local_;  // when every rank is on this host
-  std::map<int, std::unique_ptr<transport::Backend>> set_backends_;  // sets this rank is in
-  int set_ = 0;  // the process set of the operation running
   // Device all-reduces queued this cycle; then, with the marker of the streams' work after them,
   // until the GPU has done it (oldest first).
   std::vector<std::pair<std::string, std::shared_ptr<Request>>> device_queued_;
@@ -216,7 +169,6 @@ class Engine {
   std::vector<std::vector<int>> sets_;               // process sets made so far, for member_of()
 
   // The thread's own.
-  std::vector<uint8_t> fusion_;
   std::vector<std::string> cancel_;  // rank 0: names to give up on, sent next cycle
   bool cancel_deadlock_ = false;     // rank 0: cancel_ ends a deadlock
   bool waiting_ = false;             // waiting_for_others()'s last answer

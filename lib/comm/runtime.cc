@@ -112,14 +112,23 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
   ignore_sigpipe();
   store_ = open_store(job_, secret);
   const std::string address = address_toward(job_.rendezvous_addr, job_.rendezvous_port);
-  std::unique_ptr<transport::Backend> backend;
-  {
-    RendezvousStore store(*store_, "perseus/comm/" + std::to_string(generation) + "/gloo/",
-                          job_.rank, job_.init_timeout);
-    backend = std::make_unique<gloo::Backend>(job_, store, address);
-  }
+  const std::string keys = "perseus/comm/" + std::to_string(generation) + "/";
+  // Every host-memory connection of this perseus_init, the job's (set 0) and each process
+  // set's, is made here, under keys of its own in the job's store.
+  HostExecutor::ConnectSet connect = [this, keys, address](int set, int rank_in_set, int set_size) {
+    JobEnvironment members = job_;
+    members.rank = rank_in_set;
+    members.size = set_size;
+    std::lock_guard lock(store_mutex_);
+    RendezvousStore store(*store_,
+                          keys + (set == 0 ? "gloo/" : "set/" + std::to_string(set) + "/gloo/"),
+                          rank_in_set, job_.init_timeout);
+    return std::unique_ptr<transport::Backend>(
+        std::make_unique<gloo::Backend>(members, store, address));
+  };
+  auto world = connect(0, job_.rank, job_.size);
   EngineStore engine_store;
-  engine_store.prefix = "perseus/comm/" + std::to_string(generation) + "/";
+  engine_store.prefix = keys;
   engine_store.set = [this](const std::string &key, const std::string &value) {
     std::lock_guard lock(store_mutex_);
     store_->set(key, value);
@@ -134,22 +143,11 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
       throw Error(Code::kRendezvous, std::string("the job's store: ") + error.what());
     }
   };
-  engine_store.make_backend = [this, generation, address](int set, int rank_in_set, int set_size) {
-    JobEnvironment sub = job_;
-    sub.rank = rank_in_set;
-    sub.size = set_size;
-    std::lock_guard lock(store_mutex_);
-    RendezvousStore store(
-        *store_,
-        "perseus/comm/" + std::to_string(generation) + "/set/" + std::to_string(set) + "/gloo/",
-        rank_in_set, job_.init_timeout);
-    return std::unique_ptr<transport::Backend>(
-        std::make_unique<gloo::Backend>(sub, store, address));
-  };
-  auto local = open_local_allreduce(engine_store, settings);
+  auto host = std::make_unique<HostExecutor>(job_.rank, std::move(world),
+                                             open_local_allreduce(engine_store, settings), connect);
   engine_ = std::make_unique<Engine>(
-      job_, std::move(backend), std::move(settings), [this] { return lost_peers(); },
-      std::move(engine_store), std::move(local),
+      job_, std::move(host), std::move(settings), [this] { return lost_peers(); },
+      std::move(engine_store),
       secret ? Engine::ExitNotes()  // another launcher: it writes no notes to this store
              : [this](const std::vector<int> &ranks) { return exit_notes(ranks); });
   if (!secret) watchdog_ = std::thread([this] { watch_for_ended_peers(); });
@@ -180,11 +178,11 @@ Runtime::Runtime(JobEnvironment job, EngineSettings settings, int generation, Al
     }
     return found->second;
   };
-  engine_store.make_backend = [](int, int, int) {
-    return std::unique_ptr<transport::Backend>(std::make_unique<solo::Backend>());
-  };
+  // A process set of this one rank is a set of one: the host executor needs no connection.
+  auto host = std::make_unique<HostExecutor>(job_.rank, std::make_unique<solo::Backend>(), nullptr,
+                                             nullptr);
   engine_ = std::make_unique<Engine>(
-      job_, std::make_unique<solo::Backend>(), std::move(settings), [] { return std::string(); },
+      job_, std::move(host), std::move(settings), [] { return std::string(); },
       std::move(engine_store));
 }
 

@@ -46,6 +46,13 @@ def test_every_op_dtype_size_in_random_orders(n):
     print("np %d: %.1f s" % (n, elapsed))
 
 
+def test_every_op_over_gloo_with_shared_memory_off():
+    # PERSEUS_SHM=0: the host reductions (all-reduce, the reduce-scatter's ring) go over Gloo's
+    # TCP even though every rank is on this host.
+    proc, _ = run(["-np", "3", "-H", "localhost:3", ASYNC], env=clean_env(PERSEUS_SHM="0"))
+    assert_every_rank_ok(proc, 3)
+
+
 def test_small_fusion_buffer_and_shortest_cycle():
     # Fusion buffers of 4 KiB: the agreed all-reduces are split into many groups, some fused,
     # some alone; cycles as short as they go.

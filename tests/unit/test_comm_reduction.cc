@@ -22,9 +22,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const DataType kAllTypes[] = {DataType::kUint8,    DataType::kInt8,    DataType::kInt16,
-                              DataType::kInt32,    DataType::kInt64,   DataType::kFloat16,
-                              DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64};
 const DataType kSignedTypes[] = {DataType::kInt8,    DataType::kInt16,   DataType::kInt32,
                                  DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
                                  DataType::kFloat32, DataType::kFloat64};
@@ -34,17 +31,6 @@ const DataType kIntegerTypes[] = {DataType::kUint8, DataType::kInt8, DataType::k
                                   DataType::kInt32, DataType::kInt64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
-
-template <typename T>
-T from_double(double value) {
-  if constexpr (std::is_same_v<T, Float16>) {
-    return to_float16(static_cast<float>(value));
-  } else if constexpr (std::is_same_v<T, Bfloat16>) {
-    return to_bfloat16(static_cast<float>(value));
-  } else {
-    return static_cast<T>(value);
-  }
-}
 
 template <typename T>
 double to_double(T value) {

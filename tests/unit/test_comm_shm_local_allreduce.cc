@@ -33,9 +33,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Body = std::function<std::string(int rank, const std::vector<pid_t> &pids)>;
 
-const DataType kAllTypes[] = {DataType::kUint8,    DataType::kInt8,    DataType::kInt16,
-                              DataType::kInt32,    DataType::kInt64,   DataType::kFloat16,
-                              DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
 
@@ -136,17 +133,6 @@ std::vector<std::string> run_ranks(int size, const Body &body) {
   return results;
 }
 
-template <typename T>
-T make(int64_t v) {
-  if constexpr (std::is_same_v<T, Float16>) {
-    return to_float16(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, Bfloat16>) {
-    return to_bfloat16(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
 // Small integers, so that every sum, product, minimum and maximum is exact in every type and
 // the result cannot depend on the order the ranks' values are combined in. Element i holds the
 // value for residue(i), a hash: not periodic in i, so that a block put in the wrong place
@@ -188,10 +174,10 @@ std::string check_one(LocalAllreduce &local, int rank, int size, DataType type, 
   with_type(type, [&]<typename T>(T) {
     std::vector<T> mine(kResidues), expected(kResidues), data(count);
     for (size_t k = 0; k < kResidues; ++k) {
-      mine[k] = make<T>(value(type, op, rank, k));
+      mine[k] = from_integer<T>(value(type, op, rank, k));
       int64_t r = value(type, op, 0, k);
       for (int peer = 1; peer < size; ++peer) r = combine(op, r, value(type, op, peer, k));
-      expected[k] = make<T>(r);
+      expected[k] = from_integer<T>(r);
     }
     if (op == ReduceOp::kAverage) divide_elements(expected.data(), kResidues, type, size);
     for (size_t i = 0; i < count; ++i) data[i] = mine[residue(i)];
@@ -237,6 +223,66 @@ TEST_CASE("shm LocalAllreduce: every type, op and size on 2, 3 and 4 ranks") {
       for (const std::string &result : results) CHECK(result == "ok");
       CHECK_FALSE(segment_left(name));
     }
+  }
+}
+
+// Rank r keeps block r of `count` elements cut into blocks of sizes[r]; "" when it is right.
+std::string check_scatter(LocalAllreduce &local, int rank, int size, DataType type, ReduceOp op,
+                          const std::vector<size_t> &sizes) {
+  std::string verdict;
+  with_type(type, [&]<typename T>(T) {
+    size_t count = 0;
+    size_t first = 0;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) first = count;
+      count += sizes[static_cast<size_t>(r)];
+    }
+    const size_t mine = sizes[static_cast<size_t>(rank)];
+    std::vector<T> expected(kResidues), data(count), out(mine + 1, from_integer<T>(99));
+    for (size_t k = 0; k < kResidues; ++k) {
+      int64_t r = value(type, op, 0, k);
+      for (int peer = 1; peer < size; ++peer) r = combine(op, r, value(type, op, peer, k));
+      expected[k] = from_integer<T>(r);
+    }
+    if (op == ReduceOp::kAverage) divide_elements(expected.data(), kResidues, type, size);
+    for (size_t i = 0; i < count; ++i) data[i] = from_integer<T>(value(type, op, rank, residue(i)));
+    local.reducescatter(data.data(), count, first, mine, out.data(), type, op);
+    for (size_t i = 0; i < mine; ++i) {
+      if (std::memcmp(&out[i], &expected[residue(first + i)], sizeof(T)) == 0) continue;
+      verdict = std::string("FAIL: reducescatter ") + name_of(type) + " " + name_of(op) +
+                " count " + std::to_string(count) + ": element " + std::to_string(i) + " of rank " +
+                std::to_string(rank) + "'s block differs";
+      return;
+    }
+    const T guard = from_integer<T>(99);
+    if (std::memcmp(&out[mine], &guard, sizeof(T)) != 0) {
+      verdict = "FAIL: reducescatter wrote past rank " + std::to_string(rank) + "'s block";
+    }
+  });
+  return verdict;
+}
+
+TEST_CASE("shm LocalAllreduce: reducescatter keeps each rank's block, of any size, every type") {
+  for (int size : {2, 3}) {
+    CAPTURE(size);
+    const std::string name = unique_name();
+    const auto results = run_ranks(size, [&](int rank, const std::vector<pid_t> &pids) {
+      // Slots of 100000 bytes: the blocks below straddle rounds and their cache-line splits.
+      LocalAllreduce local(name, rank, size, pids, std::chrono::seconds(20), 100000);
+      const std::vector<std::vector<size_t>> cuts = {
+          {1, 0, 2}, {0, 0, 0}, {7, 1001, 3}, {70001, 13, 40000}, {0, 50021, 1}};
+      for (DataType type : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          for (const auto &cut : cuts) {
+            std::string verdict = check_scatter(local, rank, size, type, op, cut);
+            if (!verdict.empty()) return verdict;
+          }
+        }
+      }
+      return std::string("ok");
+    });
+    for (const std::string &result : results) CHECK(result == "ok");
+    CHECK_FALSE(segment_left(name));
   }
 }
 

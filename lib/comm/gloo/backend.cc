@@ -1,5 +1,6 @@
 #include "lib/comm/gloo/backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -11,6 +12,8 @@
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include "lib/comm/error.h"
 #include "lib/comm/reduction.h"
@@ -18,6 +21,9 @@
 namespace perseus::comm::gloo {
 
 namespace {
+
+// The slot prefix of our own ring reduce-scatter, beside Gloo's (gloo/types.h uses 0x01..0x08).
+constexpr uint8_t kReducescatterSlotPrefix = 0x50;
 
 // Gloo reports a lost peer and a timeout alike as IoException; only its text tells them apart
 // (gloo/transport/tcp/{pair,unbound_buffer}.cc: "Timed out waiting ...").
@@ -166,6 +172,53 @@ void Backend::alltoallv(const void *send, const std::vector<size_t> &send_counts
     options.setOutput(static_cast<uint8_t *>(recv), in);
     ::gloo::alltoallv(options);
   });
+}
+
+void Backend::reducescatter(const void *send, void *recv, const std::vector<size_t> &counts,
+                            DataType type, ReduceOp op) {
+  const int size = context_->size;
+  const int rank = context_->rank;
+  const size_t unit = element_size(type);
+  std::vector<size_t> offsets(counts.size() + 1, 0);
+  for (size_t r = 0; r < counts.size(); ++r) offsets[r + 1] = offsets[r] + counts[r];
+  const size_t largest = *std::max_element(counts.begin(), counts.end());
+  const size_t mine = counts[static_cast<size_t>(rank)];
+  const auto *input = static_cast<const uint8_t *>(send);
+  if (size == 1) {
+    if (mine > 0) std::memcpy(recv, input, mine * unit);
+    return;
+  }
+  if (offsets.back() == 0) return;
+  if (work_.size() < offsets.back() * unit) work_.resize(offsets.back() * unit);
+  if (arrived_.size() < largest * unit) arrived_.resize(largest * unit);
+  const ReduceFunction reduce = reduce_function(type, op);
+  const int next = (rank + 1) % size;
+  const int previous = (rank + size - 1) % size;
+  const auto block = [size](int b) { return static_cast<size_t>(((b % size) + size) % size); };
+  guarded("", [&] {
+    const uint64_t slot = ::gloo::Slot::build(kReducescatterSlotPrefix, next_tag());
+    // The first block sent is this rank's own input, every later one a partial sum received
+    // (and added to) in the step before; the last block received is this rank's result, added
+    // straight into recv. No copy of the input is made.
+    auto first = context_->createUnboundBuffer(const_cast<uint8_t *>(input), offsets.back() * unit);
+    auto partials = context_->createUnboundBuffer(work_.data(), offsets.back() * unit);
+    auto incoming = context_->createUnboundBuffer(arrived_.data(), largest * unit);
+    const auto timeout = context_->getTimeout();
+    for (int step = 0; step + 1 < size; ++step) {
+      const size_t out = block(rank - 1 - step);
+      const size_t in = block(rank - 2 - step);
+      auto &outgoing = step == 0 ? first : partials;
+      if (counts[in] > 0) incoming->recv(previous, slot, 0, counts[in] * unit);
+      if (counts[out] > 0) outgoing->send(next, slot, offsets[out] * unit, counts[out] * unit);
+      if (counts[in] > 0) {
+        incoming->waitRecv(timeout);
+        void *sum = in == static_cast<size_t>(rank) ? recv : work_.data() + offsets[in] * unit;
+        reduce(sum, input + offsets[in] * unit, arrived_.data(), counts[in]);
+      }
+      if (counts[out] > 0) outgoing->waitSend(timeout);
+    }
+  });
+  if (mine > 0 && op == ReduceOp::kAverage) divide_elements(recv, mine, type, size);
 }
 
 }  // namespace perseus::comm::gloo

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
@@ -28,6 +29,12 @@ class Backend : public transport::Backend {
   void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts) override;
   void alltoallv(const void *send, const std::vector<size_t> &send_counts, void *recv,
                  const std::vector<size_t> &recv_counts) override;
+  // A ring: in step s (0 .. size - 2) each rank sends its partial sum of block
+  // (rank - 1 - s) mod size to the next rank and adds the previous rank's partial sum of block
+  // (rank - 2 - s) mod size into its own, which after the last step is block `rank` reduced
+  // over every rank. Empty blocks are not sent.
+  void reducescatter(const void *send, void *recv, const std::vector<size_t> &counts, DataType type,
+                     ReduceOp op) override;
 
  private:
   // Every rank issues the same collectives in the same order, so a counter gives each one the
@@ -37,6 +44,8 @@ class Backend : public transport::Backend {
 
   std::shared_ptr<::gloo::rendezvous::Context> context_;
   uint32_t tag_ = 0;
+  std::vector<uint8_t> work_;     // reducescatter's partial sums
+  std::vector<uint8_t> arrived_;  // reducescatter's block from the previous rank
 };
 
 }  // namespace perseus::comm::gloo

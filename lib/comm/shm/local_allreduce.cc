@@ -308,24 +308,44 @@ void LocalAllreduce::allreduce(void *buffer, size_t count, DataType type, Reduce
 
 void LocalAllreduce::allreduce(const void *send, void *recv, size_t count, DataType type,
                                ReduceOp op) {
+  reduce_window(send, count, type, op, 0, count, recv);
+}
+
+void LocalAllreduce::reducescatter(const void *send, size_t count, size_t first, size_t length,
+                                   void *recv, DataType type, ReduceOp op) {
+  if (first > count || length > count - first) {
+    throw Error(Code::kInvalidArgument, "shared-memory reduce-scatter: elements [" +
+                                            std::to_string(first) + ", +" + std::to_string(length) +
+                                            ") are not within " + std::to_string(count));
+  }
+  reduce_window(send, count, type, op, first, length, recv);
+}
+
+void LocalAllreduce::reduce_window(const void *send, size_t count, DataType type, ReduceOp op,
+                                   size_t first, size_t length, void *recv) {
   if (!broken_.empty()) {
     throw Error(Code::kCommunication,
                 "shared-memory all-reduce: unusable after an earlier failure: " + broken_);
   }
   const size_t unit = element_size(type);
-  const ReduceFunction reduce = reduce_function(type, op);
+  const ReduceFunction combine = reduce_function(type, op);
   if (count == 0) return;
   if (count > SIZE_MAX / unit) {
     throw Error(Code::kInvalidArgument,
                 "shared-memory all-reduce: count " + std::to_string(count) + " is too large");
   }
   const size_t bytes = count * unit;
-  if (size_ == 1) {  // the average over one rank is the input itself
-    if (send != recv) std::memcpy(recv, send, bytes);
-    return;
-  }
+  // The bytes of the result this rank keeps: [keep_from, keep_to) of the whole buffer.
+  const size_t keep_from = first * unit;
+  const size_t keep_to = keep_from + length * unit;
   const auto *in = static_cast<const uint8_t *>(send);
   auto *out = static_cast<uint8_t *>(recv);
+  if (size_ == 1) {  // the average over one rank is the input itself
+    if (in + keep_from != out && keep_to > keep_from) {
+      std::memcpy(out, in + keep_from, keep_to - keep_from);
+    }
+    return;
+  }
   const size_t capacity = static_cast<size_t>(size_) * block_bytes_;
   for (size_t done = 0; done < bytes;) {
     const size_t round = std::min(bytes - done, capacity);
@@ -334,13 +354,19 @@ void LocalAllreduce::allreduce(const void *send, void *recv, size_t count, DataT
       if (k != rank_) std::memcpy(block(rank_, k), in + split.begin(k), split.length(k));
     }
     barrier();
-    reduce_round(in, split, reduce, type, op);
+    reduce_round(in, split, combine, type, op);
     barrier();
     for (int k = 0; k < size_; ++k) {
-      std::memcpy(out + split.begin(k), block(k, k), split.length(k));
+      // The part of block k's result (bytes [done + begin, done + begin + length) of the whole
+      // buffer) that falls in what this rank keeps.
+      const size_t from = std::max(done + split.begin(k), keep_from);
+      const size_t to = std::min(done + split.begin(k) + split.length(k), keep_to);
+      if (from < to) {
+        std::memcpy(out + (from - keep_from), block(k, k) + (from - done - split.begin(k)),
+                    to - from);
+      }
     }
     in += round;
-    out += round;
     done += round;
   }
 }

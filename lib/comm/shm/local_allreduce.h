@@ -68,6 +68,12 @@ class LocalAllreduce {
   // The same out of place: send is only read, recv (which must not overlap send unless equal
   // to it) gets the result.
   void allreduce(const void *send, void *recv, size_t count, DataType type, ReduceOp op);
+  // A reduce-scatter: recv (`length` elements, not overlapping send) = elements
+  // [first, first + length) of the all-reduce of send's `count`. The reduction is shared as in
+  // allreduce; only the copy out is this rank's part alone. Every local rank passes the same
+  // count; first and length are its own.
+  void reducescatter(const void *send, size_t count, size_t first, size_t length, void *recv,
+                     DataType type, ReduceOp op);
   // Blocking: out (local_size * bytes) = every local rank's `bytes` of `mine`, in local-rank
   // order (the engine's negotiation messages). bytes must not exceed block_bytes().
   void allgather(const void *mine, size_t bytes, void *out);
@@ -82,6 +88,9 @@ class LocalAllreduce {
   void wait_until_all_mapped();
   void release() noexcept;
 
+  // allreduce and reducescatter: recv = elements [first, first + length) of the result.
+  void reduce_window(const void *send, size_t count, DataType type, ReduceOp op, size_t first,
+                     size_t length, void *recv);
   void reduce_round(const uint8_t *data, const Split &split, ReduceFunction reduce, DataType type,
                     ReduceOp op);
   uint8_t *block(int slot, int block) const;

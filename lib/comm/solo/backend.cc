@@ -35,4 +35,9 @@ void Backend::alltoallv(const void *send, const std::vector<size_t> &send_counts
   copy(send, recv, send_counts.at(0));
 }
 
+void Backend::reducescatter(const void *send, void *recv, const std::vector<size_t> &counts,
+                            DataType type, ReduceOp) {
+  copy(send, recv, counts.at(0) * element_size(type));
+}
+
 }  // namespace perseus::comm::solo

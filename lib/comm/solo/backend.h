@@ -16,6 +16,8 @@ class Backend : public transport::Backend {
   void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts) override;
   void alltoallv(const void *send, const std::vector<size_t> &send_counts, void *recv,
                  const std::vector<size_t> &recv_counts) override;
+  void reducescatter(const void *send, void *recv, const std::vector<size_t> &counts, DataType type,
+                     ReduceOp op) override;
 };
 
 }  // namespace perseus::comm::solo

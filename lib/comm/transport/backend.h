@@ -1,6 +1,7 @@
 #pragma once
-// The contract of a communication backend (Gloo now, NCCL later): blocking collectives among
-// the job's ranks, on buffers the backend can reach (host memory for Gloo).
+// The contract of a host-memory communication backend (Gloo; solo for a job of one): blocking
+// collectives among the ranks of one group (the job's, or a process set's), on host memory.
+// Device memory has its own executor (nccl/device_executor.h).
 //
 // Promises: each call returns when this rank's part is done and its output is final. Calls are
 // made from one thread (the engine's), and every rank makes the same calls in the same order
@@ -36,6 +37,12 @@ class Backend {
   // recv_counts[r] bytes from rank r, in rank order. The two do not overlap.
   virtual void alltoallv(const void *send, const std::vector<size_t> &send_counts, void *recv,
                          const std::vector<size_t> &recv_counts) = 0;
+  // send holds counts[0] + ... + counts[size - 1] elements, block r after block r - 1; recv
+  // (counts[rank] elements, not overlapping send) = op over all ranks of block `rank`. Each
+  // rank sends and receives about (size - 1) / size of the input, half of what an all-reduce
+  // of it moves. Blocks may be empty.
+  virtual void reducescatter(const void *send, void *recv, const std::vector<size_t> &counts,
+                             DataType type, ReduceOp op) = 0;
 };
 
 }  // namespace perseus::comm::transport
