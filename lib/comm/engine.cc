@@ -13,6 +13,7 @@
 #include "lib/comm/fusion_plan.h"
 #include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/nccl/hierarchy.h"
+#include "lib/comm/ops/ops.h"
 #include "lib/comm/reduction.h"
 
 namespace perseus::comm {
@@ -81,11 +82,6 @@ std::string phase_of(OpKind kind) {
   std::string name = name_of(kind);
   for (char &c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return name;
-}
-
-// How many bytes a descriptor's elements take; the runtime checked that it fits size_t.
-size_t bytes_of(uint64_t count, DataType type) {
-  return static_cast<size_t>(count) * element_size(type);
 }
 
 }  // namespace
@@ -427,60 +423,6 @@ void Engine::run_device_allreduces(const std::vector<const Agreed *> &group,
   }
 }
 
-void Engine::run_device_one(const Agreed &agreed, const std::shared_ptr<Request> &request) {
-  const auto me = static_cast<size_t>(job_.rank);
-  const Descriptor &d = agreed.per_rank[me];
-  const size_t unit = element_size(d.type);
-  const size_t size = agreed.per_rank.size();
-  void *ready = request && request->ready_event ? request->ready_event.get() : nullptr;
-  switch (d.kind) {
-    case OpKind::kBroadcast:
-      device(d.device).broadcast(request ? request->recv : nullptr, static_cast<size_t>(d.count),
-                                 d.type, d.root, ready);
-      break;
-    case OpKind::kAllgatherv: {
-      std::vector<size_t> counts(size);
-      size_t total = 0;
-      for (size_t r = 0; r < size; ++r) {
-        counts[r] = static_cast<size_t>(agreed.per_rank[r].count);
-        total += counts[r];
-      }
-      request->output_counts = counts;
-      request->device_output = nccl::allocate_device(d.device, total * unit);
-      request->device_output_bytes = total * unit;
-      device(d.device).allgatherv(request->send, counts, d.type, request->device_output.get(),
-                                  ready);
-      break;
-    }
-    case OpKind::kAlltoall: {
-      std::vector<size_t> out(size);
-      std::vector<size_t> in(size);
-      size_t total = 0;
-      for (size_t r = 0; r < size; ++r) {
-        out[r] = static_cast<size_t>(d.counts[r]);
-        in[r] = static_cast<size_t>(agreed.per_rank[r].counts[me]);
-        total += in[r];
-      }
-      request->output_counts = in;
-      request->device_output = nccl::allocate_device(d.device, total * unit);
-      request->device_output_bytes = total * unit;
-      device(d.device).alltoallv(request->send, out, request->device_output.get(), in, d.type,
-                                 ready);
-      break;
-    }
-    case OpKind::kReducescatter: {
-      std::vector<size_t> counts(d.counts.begin(), d.counts.end());
-      device(d.device).reducescatter(request->send, request->recv, counts, d.type, d.op, ready);
-      break;
-    }
-    case OpKind::kAllreduce:
-    case OpKind::kBarrier:
-    case OpKind::kJoin:
-    case OpKind::kAddProcessSet:
-      break;
-  }
-}
-
 void Engine::settle(size_t found) const {
   // Python submits one tensor every 10 to 30 us, slower than kSettle: once a burst shows (more
   // than one request, or the queue grew), the quiet that ends it is kBurstQuiet, slept rather
@@ -755,76 +697,16 @@ void Engine::run_one(const Agreed &agreed) {
     return;
   }
   timeline_.begin(agreed.name, phase_of(d.kind), started);
+  const ops::OpRuns &runs = ops::runs_of(d.kind);
+  const ops::OpRun run{agreed, d, negotiator_.members(d.process_set),
+                       rank_in_set(d.process_set, job_.rank), request.get()};
   if (d.device >= 0) {
-    run_device_one(agreed, request);
-  } else {
-    run_host_one(agreed, request);
+    if (runs.device) runs.device(device(d.device), run);
+  } else if (runs.host) {
+    runs.host(*host_, run);
   }
   timeline_.end(agreed.name, Clock::now());
   succeed(request);
-}
-
-void Engine::run_host_one(const Agreed &agreed, const std::shared_ptr<Request> &request) {
-  const Descriptor &d = agreed.per_rank[static_cast<size_t>(job_.rank)];
-  const int set = d.process_set;
-  const size_t unit = element_size(d.type);
-  // Counts and blocks are per member of the set, in rank order (every rank for set 0).
-  const auto &ranks = negotiator_.members(set);
-  switch (d.kind) {
-    case OpKind::kBroadcast:
-      host_->broadcast(set, request ? request->recv : nullptr, bytes_of(d.count, d.type),
-                       rank_in_set(set, d.root));
-      break;
-    case OpKind::kAllgatherv: {
-      std::vector<size_t> counts;
-      std::vector<size_t> bytes;
-      size_t total = 0;
-      for (int r : ranks) {
-        counts.push_back(static_cast<size_t>(agreed.per_rank[static_cast<size_t>(r)].count));
-        bytes.push_back(counts.back() * unit);
-        total += bytes.back();
-      }
-      request->output.resize(total);
-      request->output_counts = counts;
-      host_->allgatherv(set, d.count ? request->send : nullptr, request->output.data(), bytes);
-      break;
-    }
-    case OpKind::kAlltoall: {
-      const size_t n = ranks.size();
-      const auto mine = static_cast<size_t>(rank_in_set(set, job_.rank));
-      std::vector<size_t> out(n);
-      std::vector<size_t> in(n);
-      std::vector<size_t> counts(n);
-      size_t total_in = 0;
-      size_t everywhere = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const Descriptor &from = agreed.per_rank[static_cast<size_t>(ranks[i])];
-        out[i] = static_cast<size_t>(d.counts[i]) * unit;
-        counts[i] = static_cast<size_t>(from.counts[mine]);
-        in[i] = counts[i] * unit;
-        total_in += in[i];
-        for (uint64_t c : from.counts) everywhere += static_cast<size_t>(c);
-      }
-      request->output.resize(total_in);
-      request->output_counts = counts;
-      if (everywhere == 0) break;  // the same decision on every member
-      host_->alltoallv(set, request->send, out, total_in ? request->output.data() : nullptr, in);
-      break;
-    }
-    case OpKind::kReducescatter: {
-      const std::vector<size_t> counts(d.counts.begin(), d.counts.end());
-      host_->reducescatter(set, request->send, request->recv, counts, rank_in_set(set, job_.rank),
-                           d.type, d.op, {d.prescale, d.postscale});
-      break;
-    }
-    case OpKind::kAddProcessSet:
-      if (request) request->last_rank = agreed.created_set;
-      break;
-    case OpKind::kAllreduce:  // run_allreduces has them
-    case OpKind::kBarrier:    // agreement itself proved that every rank has arrived
-    case OpKind::kJoin:
-      break;
-  }
 }
 
 // Rank 0 looks every second (kStallScan) and reports an operation once it has waited

@@ -124,11 +124,9 @@ class Engine {
   nccl::HostLayout device_layout();
   void run_device_allreduces(const std::vector<const Agreed *> &group,
                              const std::vector<std::shared_ptr<Request>> &requests);
-  void run_device_one(const Agreed &agreed, const std::shared_ptr<Request> &request);
   // Completes the device all-reduces the GPU has finished, oldest first; with `block`, waits
   // for all of them.
   void complete_device_work(bool block);
-  void run_host_one(const Agreed &agreed, const std::shared_ptr<Request> &request);
   int rank_in_set(int set, int rank) const;  // its index among the set's members
 
   const JobEnvironment job_;

@@ -1,11 +1,13 @@
 #include "lib/comm/fusion_plan.h"
 
+#include "lib/comm/op_traits.h"
+
 namespace perseus::comm {
 
 namespace {
 
 bool fusible(const Agreed &agreed) {
-  return agreed.error.empty() && agreed.per_rank[0].kind == OpKind::kAllreduce;
+  return agreed.error.empty() && traits(agreed.per_rank[0].kind).fusible;
 }
 
 bool fuse_together(const Descriptor &a, const Descriptor &b) {

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "lib/comm/op_traits.h"
+
 namespace perseus::comm {
 
 namespace {
@@ -169,22 +171,6 @@ std::string shape_text(const std::vector<int64_t> &shape, size_t from) {
   return text + "]";
 }
 
-// Which part of the shape must agree: all of it, or all but the first dimension (whose extent
-// each rank chooses for allgatherv and alltoall); npos: none.
-size_t shape_agrees_from(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllreduce:
-    case OpKind::kBroadcast:
-    case OpKind::kReducescatter:
-      return 0;
-    case OpKind::kAllgatherv:
-    case OpKind::kAlltoall:
-      return 1;
-    default:
-      return std::string::npos;
-  }
-}
-
 // The shapes of the ranks that gave one must agree (a rank that gave none, a C caller, is not
 // compared). "" when they do.
 std::string check_shapes(const Agreed &agreed) {
@@ -200,7 +186,7 @@ std::string check_shapes(const Agreed &agreed) {
     }
   }
   if (!reference) return "";
-  const size_t from = shape_agrees_from(reference->kind);
+  const size_t from = traits(reference->kind).shape_agrees_from;
   if (from == std::string::npos) return "";
   const auto part = [&](const Descriptor &d) {
     return d.shape.size() < from ? d.shape
@@ -261,38 +247,17 @@ std::string check_output_size(const Agreed &agreed) {
   return "";
 }
 
-// Horovod's join: a joined rank takes part in all-reduces (with zeros) and barriers only.
-bool runs_while_joined(OpKind kind) {
-  return kind == OpKind::kAllreduce || kind == OpKind::kBarrier;
-}
-
 std::vector<Field> fields_for(OpKind kind) {
+  const OpTraits &op = traits(kind);
   std::vector<Field> fields = {{"operation", show_kind},
                                {"dtype", show_type},
                                {"memory", show_memory},
                                {"process set", show_set}};
-  switch (kind) {
-    case OpKind::kAllreduce:
-      fields.insert(fields.end(),
-                    {{"count", show_count}, {"op", show_op}, {"prescale/postscale", show_scales}});
-      break;
-    case OpKind::kBroadcast:
-      fields.insert(fields.end(), {{"count", show_count}, {"root", show_root}});
-      break;
-    case OpKind::kReducescatter:
-      fields.insert(
-          fields.end(),
-          {{"recv_counts", show_counts}, {"op", show_op}, {"prescale/postscale", show_scales}});
-      break;
-    case OpKind::kAddProcessSet:
-      fields.push_back({"ranks", show_counts});
-      break;
-    case OpKind::kAllgatherv:  // counts may differ by design
-    case OpKind::kAlltoall:    // each rank's send counts are its own
-    case OpKind::kBarrier:
-    case OpKind::kJoin:
-      break;
-  }
+  if (op.same_count) fields.push_back({"count", show_count});
+  if (op.same_counts) fields.push_back({op.same_counts, show_counts});
+  if (op.same_root) fields.push_back({"root", show_root});
+  if (op.reduces)
+    fields.insert(fields.end(), {{"op", show_op}, {"prescale/postscale", show_scales}});
   return fields;
 }
 
@@ -412,7 +377,7 @@ bool Negotiator::complete(const Pending &pending) const {
   // without waiting for the ranks that have not submitted it (and may never: they may have
   // counted their unnamed operations differently).
   const OpKind kind = kind_of(pending);
-  if (!runs_while_joined(kind)) {
+  if (!traits(kind).runs_while_joined) {
     for (int r : sets_[static_cast<size_t>(set)]) {
       if (joined_[static_cast<size_t>(r)]) return true;
     }
@@ -452,7 +417,7 @@ std::string Negotiator::check(const Agreed &agreed) const {
   }
   for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
     if (!agreed.joined[r]) continue;
-    if (!runs_while_joined(reference.kind)) {
+    if (!traits(reference.kind).runs_while_joined) {
       return std::string(name_of(reference.kind)) + " cannot run while rank " + std::to_string(r) +
              " has joined (perseus_join): only allreduce and barrier can, as in Horovod";
     }
@@ -475,15 +440,14 @@ std::string Negotiator::check(const Agreed &agreed) const {
       return text + " (every rank must submit it with the same arguments)";
     }
   }
-  if (reference.kind == OpKind::kAlltoall || reference.kind == OpKind::kReducescatter) {
+  if (const char *counts = traits(reference.kind).counts_per_member) {
     // One count per member of the set (every rank for set 0).
     const size_t n = members(reference.process_set).size();
     for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
       if (!agreed.member[r]) continue;
       if (agreed.per_rank[r].counts.size() != n) {
         return "rank " + std::to_string(r) + " gave " +
-               std::to_string(agreed.per_rank[r].counts.size()) +
-               (reference.kind == OpKind::kAlltoall ? " send counts for " : " recv counts for ") +
+               std::to_string(agreed.per_rank[r].counts.size()) + " " + counts + " for " +
                std::to_string(n) + (reference.process_set ? " members" : " ranks");
       }
     }

@@ -32,14 +32,6 @@ class Waiting {
 
 int threads_waiting() { return g_threads_waiting.load(std::memory_order_acquire); }
 
-const char *name_of(OpKind kind) {
-  static constexpr std::array<const char *, kOpKinds> kNames = {
-      "allreduce",     "broadcast", "allgatherv", "alltoall",
-      "reducescatter", "barrier",   "join",       "add_process_set"};
-  const auto index = static_cast<size_t>(kind);
-  return index < kNames.size() ? kNames[index] : "unknown";
-}
-
 void Request::succeed() {
   {
     std::lock_guard lock(mutex_);

@@ -30,7 +30,7 @@ enum class OpKind : uint8_t {
 };
 constexpr int kOpKinds = 8;
 
-const char *name_of(OpKind kind);
+const char *name_of(OpKind kind);  // op_traits.cc
 
 // How many threads of this process wait in Request::wait() or wait_quietly() now, on any request.
 int threads_waiting();

@@ -17,6 +17,7 @@
 #include "lib/comm/nccl/cuda_api.h"
 #include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/nccl/nccl_api.h"
+#include "lib/comm/op_traits.h"
 #include "lib/comm/rendezvous_store.h"
 #include "lib/comm/shm/local_allreduce.h"
 #include "lib/comm/solo/backend.h"
@@ -356,7 +357,7 @@ void check_shape(const Descriptor &d) {
                   std::to_string(elements) + " elements, but the call has " +
                   std::to_string(d.count) + ": give the tensor's own shape");
   }
-  const bool by_rows = d.kind == OpKind::kAllgatherv || d.kind == OpKind::kAlltoall;
+  const bool by_rows = traits(d.kind).shape_agrees_from == 1;
   if (by_rows && d.shape.empty()) {
     throw invalid("the shape given by perseus_next_shape has no dimensions: " +
                   std::string(name_of(d.kind)) + " concatenates along the first one");
@@ -389,8 +390,7 @@ std::shared_ptr<Request> Runtime::submit(std::shared_ptr<Request> request) {
           "prescale/postscale on device memory are not supported: scale the tensor "
           "on its stream before and after (the torch shim does)");
     }
-    if (d.type == DataType::kInt16 &&
-        (d.kind == OpKind::kAllreduce || d.kind == OpKind::kReducescatter)) {
+    if (d.type == DataType::kInt16 && traits(d.kind).reduces) {
       throw invalid(std::string(name_of(d.kind)) +
                     " of int16 on device memory: NCCL has no 16-bit integers to reduce (moving "
                     "them works); reduce them in host memory, or as int32");
