@@ -282,6 +282,57 @@ PERSEUS_API int perseus_reducescatter_async_in(int process_set, const void *send
 /* Returns once every member of the set has called it (only members call it). */
 PERSEUS_API int perseus_barrier_in(int process_set);
 
+/* ---- Communicators --------------------------------------------------------------------
+ *
+ * A communicator is the group of ranks a collective runs among, as a handle every
+ * perseus_comm_* collective takes: perseus_comm_world gives every rank's (process set 0),
+ * perseus_comm_create makes one of some ranks (a process set). The calls above without a
+ * communicator are the same operations on the world, and the *_in calls the same on a set's
+ * number: they stay, for one release at least, as thin wrappers. A handle belongs to the
+ * perseus_init that made it: after perseus_finalize and a new perseus_init (a new world, for
+ * example after an elastic restart) it is refused with PERSEUS_ERROR_INVALID_ARGUMENT, never
+ * misread. Handles are never freed by the caller; there are as many as sets made. */
+typedef struct perseus_comm perseus_comm_t;
+
+/* The world: every rank of the job. */
+PERSEUS_API int perseus_comm_world(perseus_comm_t **comm);
+/* Collective over every rank (members or not), as perseus_add_process_set: makes a communicator
+ * of `count` distinct ranks (any order), the same set on every rank. */
+PERSEUS_API int perseus_comm_create(const int *ranks, int count, perseus_comm_t **comm);
+/* Its process set's number (0 for the world), for the *_in calls. */
+PERSEUS_API int perseus_comm_process_set(const perseus_comm_t *comm, int *process_set);
+/* This rank's index among its members, in rank order (-1 when this rank is not one), and how
+ * many members it has. */
+PERSEUS_API int perseus_comm_rank(const perseus_comm_t *comm, int *rank);
+PERSEUS_API int perseus_comm_size(const perseus_comm_t *comm, int *size);
+
+/* The asynchronous operations above among comm's members: only members submit them. In a
+ * communicator other than the world: host memory only (PERSEUS_DEVICE_CPU), root is a rank of
+ * the job (a member), counts (alltoall's send counts, reducescatter's recv counts, the output
+ * counts) are one per member, in rank order; unnamed operations are counted per communicator. */
+PERSEUS_API int perseus_comm_allreduce_async(perseus_comm_t *comm, const void *send, void *recv,
+                                             size_t count, int dtype, int op, double prescale,
+                                             double postscale, const char *name, int device,
+                                             void *stream, perseus_request_t **request);
+PERSEUS_API int perseus_comm_broadcast_async(perseus_comm_t *comm, void *buf, size_t count,
+                                             int dtype, int root, const char *name, int device,
+                                             void *stream, perseus_request_t **request);
+PERSEUS_API int perseus_comm_allgatherv_async(perseus_comm_t *comm, const void *send,
+                                              size_t count, int dtype, const char *name,
+                                              int device, void *stream,
+                                              perseus_request_t **request);
+PERSEUS_API int perseus_comm_alltoall_async(perseus_comm_t *comm, const void *send,
+                                            const size_t *send_counts, int dtype,
+                                            const char *name, int device, void *stream,
+                                            perseus_request_t **request);
+PERSEUS_API int perseus_comm_reducescatter_async(perseus_comm_t *comm, const void *send,
+                                                 void *recv, const size_t *recv_counts, int dtype,
+                                                 int op, double prescale, double postscale,
+                                                 const char *name, int device, void *stream,
+                                                 perseus_request_t **request);
+/* Returns once every member has called it (only members call it). */
+PERSEUS_API int perseus_comm_barrier(perseus_comm_t *comm);
+
 /* What the last failed call of this thread said: the function, the name given to it, what
  * failed with which value, and what to do. "" when none has failed. Valid until this thread's
  * next failing call. */

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -47,7 +48,7 @@ static_assert(PERSEUS_AVERAGE == static_cast<int>(ReduceOp::kAverage));
 struct State {
   std::shared_mutex mutex;
   std::unique_ptr<Runtime> runtime;
-  int generation = 0;
+  int generation = 0;  // perseus_init calls so far; the runtime's is generation - 1
 };
 
 // Never destroyed: a program that exits without perseus_finalize must not have Gloo's threads
@@ -166,6 +167,43 @@ void require_out(perseus_request_t **out) {
   *out = nullptr;
 }
 
+// The handle perseus.h calls perseus_comm_t: one process set of one perseus_init. Handles are
+// made once per (init, set) and never freed, so that a stale one stays readable to be refused.
+struct Communicator {
+  int generation;
+  int set;
+};
+
+perseus_comm_t *communicator(int generation, int set) {
+  static std::mutex mutex;
+  static auto *const made = new std::map<std::pair<int, int>, std::unique_ptr<Communicator>>;
+  std::lock_guard lock(mutex);
+  auto &slot = (*made)[{generation, set}];
+  if (!slot) slot = std::make_unique<Communicator>(Communicator{generation, set});
+  return reinterpret_cast<perseus_comm_t *>(slot.get());
+}
+
+// The process set of `comm`, which must belong to the running perseus_init (called under the
+// state's lock).
+int set_of(const perseus_comm_t *comm) {
+  if (!comm) throw Error(Code::kInvalidArgument, "comm is NULL (perseus_comm_world gives one)");
+  const auto *c = reinterpret_cast<const Communicator *>(comm);
+  const int current = state().generation - 1;
+  if (c->generation != current) {
+    throw Error(Code::kInvalidArgument,
+                "comm (process set " + std::to_string(c->set) + ") belongs to perseus_init #" +
+                    std::to_string(c->generation + 1) + ", not to the running one (#" +
+                    std::to_string(current + 1) +
+                    "): get this world's with perseus_comm_world or perseus_comm_create");
+  }
+  return c->set;
+}
+
+void require_out(void *out, const char *what) {
+  if (!out)
+    throw Error(Code::kInvalidArgument, std::string(what) + " (the output pointer) is NULL");
+}
+
 // A blocking call: submit, wait, and the request is freed with the shared pointer.
 int finish(const std::shared_ptr<Request> &request) {
   request->wait();
@@ -182,6 +220,10 @@ using perseus::comm::request_of;
 using perseus::comm::require_out;
 using perseus::comm::Runtime;
 using perseus::comm::with_runtime;
+namespace {
+using perseus::comm::communicator;
+using perseus::comm::set_of;
+}  // namespace
 
 extern "C" {
 
@@ -565,6 +607,111 @@ PERSEUS_API int perseus_reducescatter_async_in(int process_set, const void *send
 PERSEUS_API int perseus_barrier_in(int process_set) {
   return with_runtime("perseus_barrier_in", nullptr, [&](Runtime &r) {
     r.barrier(process_set);
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_comm_world(perseus_comm_t **comm) {
+  return with_runtime("perseus_comm_world", nullptr, [&](Runtime &) {
+    perseus::comm::require_out(comm, "comm");
+    *comm = communicator(perseus::comm::state().generation - 1, 0);
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_comm_create(const int *ranks, int count, perseus_comm_t **comm) {
+  return with_runtime("perseus_comm_create", nullptr, [&](Runtime &r) {
+    perseus::comm::require_out(comm, "comm");
+    *comm = nullptr;
+    const int set = r.add_process_set(ranks, count);
+    *comm = communicator(perseus::comm::state().generation - 1, set);
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_comm_process_set(const perseus_comm_t *comm, int *process_set) {
+  return with_runtime("perseus_comm_process_set", nullptr, [&](Runtime &) {
+    perseus::comm::require_out(process_set, "process_set");
+    *process_set = set_of(comm);
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_comm_rank(const perseus_comm_t *comm, int *rank) {
+  return with_runtime("perseus_comm_rank", nullptr, [&](Runtime &r) {
+    perseus::comm::require_out(rank, "rank");
+    const auto members = r.members_of(set_of(comm));
+    const auto at = std::find(members.begin(), members.end(), r.job().rank);
+    *rank = at == members.end() ? -1 : static_cast<int>(at - members.begin());
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_comm_size(const perseus_comm_t *comm, int *size) {
+  return with_runtime("perseus_comm_size", nullptr, [&](Runtime &r) {
+    perseus::comm::require_out(size, "size");
+    *size = static_cast<int>(r.members_of(set_of(comm)).size());
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_comm_allreduce_async(perseus_comm_t *comm, const void *send, void *recv,
+                                             size_t count, int dtype, int op, double prescale,
+                                             double postscale, const char *name, int device,
+                                             void *stream, perseus_request_t **request) {
+  return with_runtime("perseus_comm_allreduce_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.allreduce(send, recv, count, dtype, op, prescale, postscale, name, device,
+                                stream, set_of(comm)),
+                    request);
+  });
+}
+
+PERSEUS_API int perseus_comm_broadcast_async(perseus_comm_t *comm, void *buf, size_t count,
+                                             int dtype, int root, const char *name, int device,
+                                             void *stream, perseus_request_t **request) {
+  return with_runtime("perseus_comm_broadcast_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.broadcast(buf, count, dtype, root, name, device, stream, set_of(comm)),
+                    request);
+  });
+}
+
+PERSEUS_API int perseus_comm_allgatherv_async(perseus_comm_t *comm, const void *send, size_t count,
+                                              int dtype, const char *name, int device, void *stream,
+                                              perseus_request_t **request) {
+  return with_runtime("perseus_comm_allgatherv_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.allgatherv(send, count, dtype, name, device, stream, set_of(comm)), request);
+  });
+}
+
+PERSEUS_API int perseus_comm_alltoall_async(perseus_comm_t *comm, const void *send,
+                                            const size_t *send_counts, int dtype, const char *name,
+                                            int device, void *stream, perseus_request_t **request) {
+  return with_runtime("perseus_comm_alltoall_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.alltoall(send, send_counts, dtype, name, device, stream, set_of(comm)),
+                    request);
+  });
+}
+
+PERSEUS_API int perseus_comm_reducescatter_async(perseus_comm_t *comm, const void *send, void *recv,
+                                                 const size_t *recv_counts, int dtype, int op,
+                                                 double prescale, double postscale,
+                                                 const char *name, int device, void *stream,
+                                                 perseus_request_t **request) {
+  return with_runtime("perseus_comm_reducescatter_async", name, [&](Runtime &r) {
+    require_out(request);
+    return hand_out(r.reducescatter(send, recv, recv_counts, dtype, op, prescale, postscale, name,
+                                    device, stream, set_of(comm)),
+                    request);
+  });
+}
+
+PERSEUS_API int perseus_comm_barrier(perseus_comm_t *comm) {
+  return with_runtime("perseus_comm_barrier", nullptr, [&](Runtime &r) {
+    r.barrier(set_of(comm));
     return PERSEUS_SUCCESS;
   });
 }

@@ -26,7 +26,7 @@ enum class OpKind : uint8_t {
   kReducescatter = 4,
   kBarrier = 5,
   kJoin = 6,
-  kAddProcessSet = 7,  // counts: the set's ranks; the result (last_rank) is the set's number
+  kAddProcessSet = 7,  // counts: the set's ranks; the result (created_set) is the set's number
 };
 constexpr int kOpKinds = 8;
 
@@ -76,7 +76,8 @@ struct Request {
   std::shared_ptr<void> ready_event;
   std::shared_ptr<void> device_output;
   size_t device_output_bytes = 0;
-  int last_rank = -1;
+  int last_rank = -1;    // join: the last rank to join
+  int created_set = -1;  // add_process_set: the new set's number
 
   // Completion. Once done, code and message never change.
   void succeed();

@@ -562,7 +562,7 @@ int Runtime::add_process_set(const int *ranks, int count) {
   auto request = make(OpKind::kAddProcessSet, nullptr, 0, -1, nullptr);
   request->what.counts.assign(sorted.begin(), sorted.end());
   submit(request)->wait();
-  return request->last_rank;
+  return request->created_set;
 }
 
 void Runtime::check_set(int process_set, Request &request) {
@@ -594,6 +594,15 @@ std::vector<int> Runtime::members(int process_set) {
     return every;
   }
   return engine_->members_of(process_set);
+}
+
+std::vector<int> Runtime::members_of(int process_set) {
+  std::vector<int> ranks = members(process_set);
+  if (ranks.empty()) {
+    throw invalid("process set " + std::to_string(process_set) +
+                  " does not exist (perseus_comm_create or perseus_add_process_set makes them)");
+  }
+  return ranks;
 }
 
 int Runtime::index_in(const std::vector<int> &ranks) const {

@@ -67,6 +67,9 @@ class Runtime {
                                       int device, void *stream, int process_set = 0);
   // Collective over every rank: returns the new set's number (1, 2, ...).
   int add_process_set(const int *ranks, int count);
+  // The members of process_set (every rank for 0), in rank order: the same on every rank.
+  // Error(kInvalidArgument) for a set not made yet.
+  std::vector<int> members_of(int process_set);
   // In a process set, send_counts / recv_counts hold one count per member, in rank order.
   std::shared_ptr<Request> alltoall(const void *send, const size_t *send_counts, int dtype,
                                     const char *name, int device, void *stream,

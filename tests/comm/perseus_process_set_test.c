@@ -1,7 +1,9 @@
 /* A rank program for tests/comm/test_async.py: process sets. With N ranks (N >= 3): set A is
  * the even ranks, set B the odd ones, set C every rank but 0. Each rank all-reduces, broadcasts
  * and all-gathers within its sets while set 0 all-reduces run in between, then checks every
- * result against what it can compute itself; a rank outside a set must be refused.
+ * result against what it can compute itself; a rank outside a set must be refused. Then the
+ * same through communicator handles (perseus_comm_*), and a handle of the first perseus_init
+ * refused after a second one.
  * Prints "ok (N checks)" and exits 0, or says what differed and exits 1. C99; only perseus.h. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,104 @@ static int count_of(int parity_or_minus1) {
   for (r = 0; r < g_size; ++r)
     if (parity_or_minus1 < 0 ? r != 0 : r % 2 == parity_or_minus1) ++n;
   return n;
+}
+
+static perseus_comm_t *g_world;
+
+/* The communicator handles: the world, a communicator of the even ranks, the collectives
+ * through them, and what is refused. */
+static void check_communicators(int last_set) {
+  perseus_comm_t *world = NULL, *evens = NULL;
+  perseus_request_t *req = NULL;
+  int members[64], n = 0, r, value = 0, set = -1, index = 0, size = 0;
+  double x = g_rank + 1, sum = 0;
+  check(perseus_comm_world(&world), "perseus_comm_world");
+  g_world = world;
+  check(perseus_comm_size(world, &size), "perseus_comm_size");
+  check(perseus_comm_rank(world, &index), "perseus_comm_rank");
+  check(perseus_comm_process_set(world, &set), "perseus_comm_process_set");
+  expect(size == g_size && index == g_rank && set == 0, "the world is every rank, set 0");
+  for (r = 0; r < g_size; r += 2) members[n++] = r;
+  /* Given in decreasing order: the set is the same ranks in rank order. */
+  {
+    int reversed[64], i;
+    for (i = 0; i < n; ++i) reversed[i] = members[n - 1 - i];
+    check(perseus_comm_create(reversed, n, &evens), "perseus_comm_create");
+  }
+  check(perseus_comm_process_set(evens, &set), "perseus_comm_process_set");
+  expect(set == last_set + 1, "a new communicator is the next process set");
+  check(perseus_comm_size(evens, &size), "perseus_comm_size");
+  check(perseus_comm_rank(evens, &index), "perseus_comm_rank");
+  expect(size == n, "the communicator's size is its members");
+  expect(index == (g_rank % 2 == 0 ? g_rank / 2 : -1), "the index among members, -1 outside");
+
+  /* Every rank, through the world handle. */
+  check(perseus_comm_allreduce_async(world, &x, &sum, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0,
+                                     "comm.world", PERSEUS_DEVICE_CPU, NULL, &req),
+        "perseus_comm_allreduce_async (world)");
+  check(perseus_wait(req), "wait");
+  perseus_release(req);
+  expect(sum == (double)g_size * (g_size + 1) / 2.0, "all-reduce through the world handle");
+
+  if (g_rank % 2 == 0) {
+    /* Member i keeps i + 1 elements; element j of the input is (rank + 1) * (j + 1). */
+    size_t counts[64], total = 0, first = 0, i;
+    double send[64 * 65], recv[65], members_sum = 0;
+    for (i = 0; i < (size_t)n; ++i) {
+      counts[i] = i + 1;
+      if ((int)i == index) first = total;
+      total += counts[i];
+      members_sum += members[i] + 1;
+    }
+    for (i = 0; i < total; ++i) send[i] = (g_rank + 1) * (double)(i + 1);
+    check(perseus_comm_reducescatter_async(evens, send, recv, counts, PERSEUS_FLOAT64, PERSEUS_SUM,
+                                           1.0, 1.0, "comm.rs", PERSEUS_DEVICE_CPU, NULL, &req),
+          "perseus_comm_reducescatter_async");
+    check(perseus_wait(req), "wait reducescatter");
+    perseus_release(req);
+    for (i = 0; i < counts[index]; ++i) {
+      expect(recv[i] == members_sum * (double)(first + i + 1), "reduce-scatter in a communicator");
+    }
+    value = g_rank == members[n - 1] ? 77 : 0;
+    check(perseus_comm_broadcast_async(evens, &value, 1, PERSEUS_INT32, members[n - 1], "comm.b",
+                                       PERSEUS_DEVICE_CPU, NULL, &req),
+          "perseus_comm_broadcast_async");
+    check(perseus_wait(req), "wait broadcast");
+    perseus_release(req);
+    expect(value == 77, "broadcast in a communicator from its last member");
+    check(perseus_comm_barrier(evens), "perseus_comm_barrier");
+  } else {
+    expect(perseus_comm_barrier(evens) == PERSEUS_ERROR_INVALID_ARGUMENT,
+           "a non-member's barrier refused");
+    expect(strstr(perseus_last_error(), "not a member") != NULL, "the refusal says why");
+  }
+  expect(perseus_comm_allreduce_async(NULL, &x, &x, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0,
+                                      "null", PERSEUS_DEVICE_CPU, NULL,
+                                      &req) == PERSEUS_ERROR_INVALID_ARGUMENT,
+         "a NULL communicator refused");
+  expect(strstr(perseus_last_error(), "comm is NULL") != NULL, "the refusal names comm");
+  check(perseus_comm_barrier(world), "perseus_comm_barrier (world)");
+}
+
+/* After perseus_finalize and a new perseus_init, the first init's handle is refused by name,
+ * and the new world's works. */
+static void check_stale_handle_after_reinit(void) {
+  perseus_comm_t *world = NULL;
+  double x = 1, y = 0;
+  perseus_request_t *req = NULL;
+  check(perseus_init(), "perseus_init (again)");
+  expect(perseus_comm_barrier(g_world) == PERSEUS_ERROR_INVALID_ARGUMENT,
+         "the first init's world refused");
+  expect(strstr(perseus_last_error(), "perseus_init #1") != NULL, "the refusal names its init");
+  check(perseus_comm_world(&world), "perseus_comm_world (again)");
+  expect(world != g_world, "the new world is a new handle");
+  check(perseus_comm_allreduce_async(world, &x, &y, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0,
+                                     "again", PERSEUS_DEVICE_CPU, NULL, &req),
+        "allreduce in the new world");
+  check(perseus_wait(req), "wait");
+  perseus_release(req);
+  expect(y == (double)g_size, "all-reduce in the new world");
+  check(perseus_finalize(), "perseus_finalize (again)");
 }
 
 int main(void) {
@@ -145,8 +245,10 @@ int main(void) {
     (void)in;
   }
 
+  check_communicators(set_c);
   check(perseus_barrier(), "barrier");
   check(perseus_finalize(), "perseus_finalize");
+  check_stale_handle_after_reinit();
   if (g_failures) return 1;
   printf("ok (%d checks)\n", g_checks);
   return 0;

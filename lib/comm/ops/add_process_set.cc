@@ -6,7 +6,7 @@
 namespace perseus::comm::ops {
 
 void add_process_set_on_host(HostExecutor &, const OpRun &run) {
-  if (run.request) run.request->last_rank = run.agreed.created_set;
+  if (run.request) run.request->created_set = run.agreed.created_set;
 }
 
 }  // namespace perseus::comm::ops
