@@ -51,11 +51,16 @@ constexpr size_t kResumeAt = 1u << 20;
 // the rest is dropped (and the loss said). A reader that keeps reading gets everything.
 constexpr int kOutputDrainMs = 2000;
 
-// The folders that may hold this perseusrun's `perseus` package, nearest first: an
-// installation's <prefix>/PERSEUS_INSTALL_PYTHONDIR (cmake --install, the .deb), a virtual
-// environment's <prefix>/lib/python3.X/site-packages (pip install), then the source tree of a
-// build tree's perseusrun.
-std::vector<std::filesystem::path> package_candidates(const std::filesystem::path &prefix) {
+// Where a build tree keeps the `perseus` package, from the build folder: a link into the source
+// tree that CMake makes (cmake/GeneratedConfig.cmake), as an installation keeps a copy.
+constexpr const char *kBuildTreePackage = "lib/framework_shims";
+
+// The folders that may hold the `perseus` package of the perseusrun in `dir`, nearest first:
+// an installation's <prefix>/PERSEUS_INSTALL_PYTHONDIR (cmake --install, the .deb), a virtual
+// environment's <prefix>/lib/python3.X/site-packages (pip install), then a build tree's
+// (perseusrun in <build>/apps/perseusrun).
+std::vector<std::filesystem::path> package_candidates(const std::filesystem::path &dir) {
+  const std::filesystem::path prefix = dir.parent_path();
   std::vector<std::filesystem::path> found{prefix / PERSEUS_INSTALL_PYTHONDIR};
   std::error_code error;
   for (const auto &entry : std::filesystem::directory_iterator(prefix / "lib", error)) {
@@ -63,24 +68,24 @@ std::vector<std::filesystem::path> package_candidates(const std::filesystem::pat
       found.push_back(entry.path() / "site-packages");
     }
   }
-  found.push_back(std::filesystem::path(PERSEUS_SOURCE_DIR) / "lib/framework_shims");
+  found.push_back(dir / "../.." / kBuildTreePackage);
   return found;
 }
 
 // Where this perseusrun's libperseus and `perseus` package are, so that `import perseus` works
 // in ranks without help, found from perseusrun's own path (/proc/self/exe): an installation
 // (<prefix>/bin/perseusrun) first, else the build tree it was built in
-// (build/apps/perseusrun/perseusrun beside build/lib/comm/libperseus.so, the package in the
-// source tree). The library that came with the package (perseus/lib/libperseus.so) is preferred;
-// the user's PERSEUS_LIBRARY wins over all. The package directory goes in front of the user's
-// PYTHONPATH.
+// (build/apps/perseusrun/perseusrun beside build/lib/comm/libperseus.so and
+// build/lib/framework_shims, the package's link into the source tree). The library that came with
+// the package (perseus/lib/libperseus.so) is preferred; the user's PERSEUS_LIBRARY wins over all.
+// The package directory goes in front of the user's PYTHONPATH.
 void find_shims(JobFacts &facts) {
   std::error_code error;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return;
   const std::filesystem::path dir = self.parent_path();
   std::filesystem::path package;
-  for (const auto &candidate : package_candidates(dir.parent_path())) {
+  for (const auto &candidate : package_candidates(dir)) {
     if (std::filesystem::exists(candidate / "perseus/__init__.py", error)) {  // the package
       package = std::filesystem::weakly_canonical(candidate, error);
       const char *user = getenv("PYTHONPATH");
