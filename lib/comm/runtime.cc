@@ -568,7 +568,10 @@ int Runtime::add_process_set(const int *ranks, int count) {
 void Runtime::check_set(int process_set, Request &request) {
   if (process_set == 0) return;
   if (request.what.device >= 0) {
-    throw invalid("process sets move host memory only: device memory goes in set 0");
+    throw invalid("process set " + std::to_string(process_set) +
+                  " was given device memory (CUDA device " + std::to_string(request.what.device) +
+                  "), but process sets move host memory only: copy the tensor to host memory, or "
+                  "use the world (set 0)");
   }
   if (!engine_->member_of(process_set, job_.rank)) {
     throw invalid("this rank (" + std::to_string(job_.rank) + ") is not a member of process set " +

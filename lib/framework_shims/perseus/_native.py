@@ -215,15 +215,22 @@ def _declare(lib):
         "perseus_join": ([c_int, ctypes.POINTER(c_int)], c_int),
         "perseus_add_process_set": ([ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_int)],
                                     c_int),
-        "perseus_allreduce_async_in": ([c_int, c_void, c_void, c_size, c_int, c_int, c_double,
-                                        c_double, c_char, req_pp], c_int),
-        "perseus_broadcast_async_in": ([c_int, c_void, c_size, c_int, c_int, c_char, req_pp],
-                                       c_int),
-        "perseus_allgatherv_async_in": ([c_int, c_void, c_size, c_int, c_char, req_pp], c_int),
-        "perseus_alltoall_async_in": ([c_int, c_void, size_p, c_int, c_char, req_pp], c_int),
-        "perseus_reducescatter_async_in": ([c_int, c_void, c_void, size_p, c_int, c_int, c_double,
-                                            c_double, c_char, req_pp], c_int),
-        "perseus_barrier_in": ([c_int], c_int),
+        "perseus_comm_world": ([req_pp], c_int),
+        "perseus_comm_create": ([ctypes.POINTER(c_int), c_int, req_pp], c_int),
+        "perseus_comm_process_set": ([c_void, ctypes.POINTER(c_int)], c_int),
+        "perseus_comm_allreduce_async": ([c_void, c_void, c_void, c_size, c_int, c_int,
+                                          c_double, c_double, c_char, c_int, c_void, req_pp],
+                                         c_int),
+        "perseus_comm_broadcast_async": ([c_void, c_void, c_size, c_int, c_int, c_char, c_int,
+                                          c_void, req_pp], c_int),
+        "perseus_comm_allgatherv_async": ([c_void, c_void, c_size, c_int, c_char, c_int, c_void,
+                                           req_pp], c_int),
+        "perseus_comm_alltoall_async": ([c_void, c_void, size_p, c_int, c_char, c_int, c_void,
+                                         req_pp], c_int),
+        "perseus_comm_reducescatter_async": ([c_void, c_void, c_void, size_p, c_int, c_int,
+                                              c_double, c_double, c_char, c_int, c_void,
+                                              req_pp], c_int),
+        "perseus_comm_barrier": ([c_void], c_int),
         "perseus_serve_rendezvous": ([c_char, c_void, c_size, ctypes.POINTER(c_int), c_void],
                                      c_int),
         "perseus_init_with": ([c_int, c_int, c_int, c_int, c_int, c_int, c_char, c_int, c_void],
@@ -348,6 +355,7 @@ def init():
     """perseus_init; also finalizes at interpreter exit (before C's exit handlers, so that the
     library's threads stop before the libraries they use are torn down)."""
     global _atexit_registered
+    _comms.clear()
     check(lib().perseus_init(), "perseus_init")
     if not _atexit_registered:
         _atexit_registered = True
@@ -390,6 +398,7 @@ def init_through_store(store, rank, size, bind_address):
                   b"%s|%d|%s" % (address.value, port.value, bytes(secret).hex().encode()))
     where = bytes(store.get("perseus/rendezvous")).split(b"|")
     secret = (ctypes.c_ubyte * 32)(*bytes.fromhex(where[2].decode()))
+    _comms.clear()
     check(L.perseus_init_with(rank, size, local_rank, local_size, cross_rank, cross_size,
                               where[0], int(where[1]), secret), "perseus_init_with")
     if not _atexit_registered:
@@ -398,6 +407,7 @@ def init_through_store(store, rank, size, bind_address):
 
 
 def finalize():
+    _comms.clear()
     check(lib().perseus_finalize(), "perseus_finalize")
     _release_finished_orphans(everything=True)
 
@@ -444,11 +454,8 @@ def cross_size():
 def barrier(process_set=GLOBAL_PROCESS_SET):
     """Returns once every rank (every member of process_set; only members call it) has called
     it."""
-    if int(process_set or GLOBAL_PROCESS_SET) == GLOBAL_PROCESS_SET:
-        check(lib().perseus_barrier(), "perseus_barrier")
-    else:
-        check(lib().perseus_barrier_in(int(process_set)),
-              "perseus_barrier_in of process set %d" % process_set)
+    what = "barrier" if not process_set else "barrier of process set %d" % process_set
+    check(lib().perseus_comm_barrier(_comm(process_set, what)), "perseus_comm_barrier (%s)" % what)
 
 
 # ---- requests ------------------------------------------------------------------------------
@@ -617,18 +624,28 @@ def _size_array(values):
     return (ctypes.c_size_t * len(values))(*values)
 
 
-def _in_set(process_set, device, what):
-    """Whether an operation goes through the *_async_in calls (a set other than the global
-    one); refuses device memory there, which libperseus's process sets do not move."""
-    process_set = int(process_set or GLOBAL_PROCESS_SET)
-    if process_set == GLOBAL_PROCESS_SET:
-        return False
-    if device is not None and device != DEVICE_CPU:
-        raise PerseusError("%s: process set %d holds device memory (cuda:%s), but process sets "
-                           "move host memory only: copy the tensor to the CPU, or use the "
-                           "global process set" % (what, process_set, device),
-                           ERROR_INVALID_ARGUMENT)
-    return True
+# The communicator handle (perseus_comm_t) of each process set number of this perseus_init:
+# the world's (0) from perseus_comm_world, a set's from the perseus_comm_create that made it.
+# Emptied at every init and finalize: a handle belongs to one init.
+_comms = {}
+
+
+def _comm(process_set, what):
+    """The handle every submission goes through. A number no perseus_comm_create of this init
+    gave (a set of no ranks, a removed or made-up number) is refused here as libperseus refuses
+    a set this rank is not in."""
+    number = int(process_set or GLOBAL_PROCESS_SET)
+    handle = _comms.get(number)
+    if handle is not None:
+        return handle
+    if number != GLOBAL_PROCESS_SET:
+        raise PerseusError("%s: this rank (%d) is not a member of process set %d, or no such set "
+                           "exists (add_process_set makes them, on every rank)"
+                           % (what, rank(), number), ERROR_INVALID_ARGUMENT)
+    out = ctypes.c_void_p()
+    check(lib().perseus_comm_world(ctypes.byref(out)), "perseus_comm_world")
+    _comms[number] = out.value
+    return out.value
 
 
 def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,
@@ -636,36 +653,26 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
                     process_set=GLOBAL_PROCESS_SET, shape=None):
     """shape (optional, every *_async call): the tensor's full shape, which negotiation checks
     against the other ranks' (perseus_next_shape)."""
-    if _in_set(process_set, device, what):
-        return _submit(lib().perseus_allreduce_async_in, what, keep, int(process_set), send,
-                       recv, count, dtype, op, float(prescale), float(postscale), _name(name),
-                       shape=shape, key=_key(name, process_set))
-    return _submit(lib().perseus_allreduce_async, what, keep, send, recv, count, dtype, op,
-                   float(prescale), float(postscale), _name(name), device, stream, shape=shape,
-                   key=_key(name))
+    return _submit(lib().perseus_comm_allreduce_async, what, keep, _comm(process_set, what),
+                   send, recv, count, dtype, op, float(prescale), float(postscale), _name(name),
+                   device, stream, shape=shape, key=_key(name, process_set))
 
 
 def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, stream=None,
                     what="broadcast", keep=(), process_set=GLOBAL_PROCESS_SET, shape=None):
     """root is a rank of the job (in a process set: one of its members)."""
-    if _in_set(process_set, device, what):
-        return _submit(lib().perseus_broadcast_async_in, what, keep, int(process_set), buf,
-                       count, dtype, root, _name(name), shape=shape,
-                       key=_key(name, process_set))
-    return _submit(lib().perseus_broadcast_async, what, keep, buf, count, dtype, root,
-                   _name(name), device, stream, shape=shape, key=_key(name))
+    return _submit(lib().perseus_comm_broadcast_async, what, keep, _comm(process_set, what), buf,
+                   count, dtype, root, _name(name), device, stream, shape=shape,
+                   key=_key(name, process_set))
 
 
 def allgatherv_async(send, count, dtype, name=None, device=DEVICE_CPU, stream=None,
                      what="allgather", keep=(), process_set=GLOBAL_PROCESS_SET, shape=None):
     """In a process set the result holds the members' blocks in rank order: counts(n) with n
     the set's size."""
-    if _in_set(process_set, device, what):
-        return _submit(lib().perseus_allgatherv_async_in, what, keep, int(process_set), send,
-                       count, dtype, _name(name), shape=shape,
-                       key=_key(name, process_set))
-    return _submit(lib().perseus_allgatherv_async, what, keep, send, count, dtype, _name(name),
-                   device, stream, shape=shape, key=_key(name))
+    return _submit(lib().perseus_comm_allgatherv_async, what, keep, _comm(process_set, what),
+                   send, count, dtype, _name(name), device, stream, shape=shape,
+                   key=_key(name, process_set))
 
 
 def alltoall_async(send, send_counts, dtype, name=None, device=DEVICE_CPU, stream=None,
@@ -673,11 +680,9 @@ def alltoall_async(send, send_counts, dtype, name=None, device=DEVICE_CPU, strea
     """In a process set, send_counts and counts(n) hold one count per member (n: its size)."""
     counts = _size_array(send_counts)
     keep = tuple(keep) + (counts,)
-    if _in_set(process_set, device, what):
-        return _submit(lib().perseus_alltoall_async_in, what, keep, int(process_set), send,
-                       counts, dtype, _name(name), shape=shape, key=_key(name, process_set))
-    return _submit(lib().perseus_alltoall_async, what, keep, send, counts,
-                   dtype, _name(name), device, stream, shape=shape, key=_key(name))
+    return _submit(lib().perseus_comm_alltoall_async, what, keep, _comm(process_set, what), send,
+                   counts, dtype, _name(name), device, stream, shape=shape,
+                   key=_key(name, process_set))
 
 
 def reducescatter_async(send, recv, recv_counts, dtype, op, prescale=1.0, postscale=1.0,
@@ -686,13 +691,9 @@ def reducescatter_async(send, recv, recv_counts, dtype, op, prescale=1.0, postsc
     """In a process set, recv_counts holds one count per member."""
     counts = _size_array(recv_counts)
     keep = tuple(keep) + (counts,)
-    if _in_set(process_set, device, what):
-        return _submit(lib().perseus_reducescatter_async_in, what, keep, int(process_set), send,
-                       recv, counts, dtype, op, float(prescale), float(postscale), _name(name),
-                       shape=shape, key=_key(name, process_set))
-    return _submit(lib().perseus_reducescatter_async, what, keep, send, recv,
-                   counts, dtype, op, float(prescale), float(postscale), _name(name), device,
-                   stream, shape=shape, key=_key(name))
+    return _submit(lib().perseus_comm_reducescatter_async, what, keep, _comm(process_set, what),
+                   send, recv, counts, dtype, op, float(prescale), float(postscale), _name(name),
+                   device, stream, shape=shape, key=_key(name, process_set))
 
 
 def join(device=DEVICE_CPU):
@@ -705,15 +706,19 @@ def join(device=DEVICE_CPU):
 # ---- process sets --------------------------------------------------------------------------
 
 def add_process_set(ranks):
-    """perseus_add_process_set: collective over EVERY rank (members or not, the same calls in
-    the same order everywhere). ranks: distinct ranks of the job, any order. Returns the set's
-    number (the same on every rank)."""
+    """perseus_comm_create: collective over EVERY rank (members or not, the same calls in the
+    same order everywhere). ranks: distinct ranks of the job, any order. Returns the set's
+    number (the same on every rank); its handle is kept for the submissions."""
     members = [int(r) for r in ranks]
     arr = (ctypes.c_int * max(len(members), 1))(*members)
-    out = ctypes.c_int(-1)
-    check(lib().perseus_add_process_set(arr, len(members), ctypes.byref(out)),
-          "perseus_add_process_set of ranks %s" % (members,))
-    return out.value
+    handle = ctypes.c_void_p()
+    check(lib().perseus_comm_create(arr, len(members), ctypes.byref(handle)),
+          "perseus_comm_create of ranks %s" % (members,))
+    number = ctypes.c_int(-1)
+    check(lib().perseus_comm_process_set(handle, ctypes.byref(number)),
+          "perseus_comm_process_set")
+    _comms[number.value] = handle.value
+    return number.value
 
 
 def hosts_of_ranks(places):
