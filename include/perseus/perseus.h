@@ -317,17 +317,15 @@ PERSEUS_API int perseus_comm_allreduce_async(perseus_comm_t *comm, const void *s
 PERSEUS_API int perseus_comm_broadcast_async(perseus_comm_t *comm, void *buf, size_t count,
                                              int dtype, int root, const char *name, int device,
                                              void *stream, perseus_request_t **request);
-PERSEUS_API int perseus_comm_allgatherv_async(perseus_comm_t *comm, const void *send,
-                                              size_t count, int dtype, const char *name,
-                                              int device, void *stream,
+PERSEUS_API int perseus_comm_allgatherv_async(perseus_comm_t *comm, const void *send, size_t count,
+                                              int dtype, const char *name, int device, void *stream,
                                               perseus_request_t **request);
 PERSEUS_API int perseus_comm_alltoall_async(perseus_comm_t *comm, const void *send,
-                                            const size_t *send_counts, int dtype,
-                                            const char *name, int device, void *stream,
-                                            perseus_request_t **request);
-PERSEUS_API int perseus_comm_reducescatter_async(perseus_comm_t *comm, const void *send,
-                                                 void *recv, const size_t *recv_counts, int dtype,
-                                                 int op, double prescale, double postscale,
+                                            const size_t *send_counts, int dtype, const char *name,
+                                            int device, void *stream, perseus_request_t **request);
+PERSEUS_API int perseus_comm_reducescatter_async(perseus_comm_t *comm, const void *send, void *recv,
+                                                 const size_t *recv_counts, int dtype, int op,
+                                                 double prescale, double postscale,
                                                  const char *name, int device, void *stream,
                                                  perseus_request_t **request);
 /* Returns once every member has called it (only members call it). */
