@@ -88,7 +88,10 @@ std::string check_scatter(HostExecutor &host, int rank, int size, DataType type,
     for (size_t i = 0; i < total; ++i) send[i] = from_integer<T>(value(type, rank, i));
     const std::vector<T> sent = send;
     std::vector<T> recv(mine + 1, from_integer<T>(99));
-    host.reducescatter(0, send.data(), mine ? recv.data() : nullptr, cuts, rank, type, op, scaling);
+    // One count per member: the first `size` of the cuts.
+    const std::vector<size_t> counts(cuts.begin(), cuts.begin() + size);
+    host.reducescatter(0, send.data(), mine ? recv.data() : nullptr, counts, rank, type, op,
+                       scaling);
     std::vector<T> expected(mine);
     for (size_t i = 0; i < mine; ++i)
       expected[i] = from_integer<T>(reduced(type, op, size, first + i));
