@@ -539,10 +539,7 @@ PERSEUS_API void perseus_release(perseus_request_t *request) {
 
 PERSEUS_API int perseus_add_process_set(const int *ranks, int count, int *process_set) {
   return with_runtime("perseus_add_process_set", nullptr, [&](Runtime &r) {
-    if (!process_set) {
-      throw perseus::comm::Error(perseus::comm::Code::kInvalidArgument,
-                                 "process_set (the output pointer) is NULL");
-    }
+    perseus::comm::require_out(process_set, "process_set");
     *process_set = r.add_process_set(ranks, count);
     return PERSEUS_SUCCESS;
   });
@@ -640,9 +637,7 @@ PERSEUS_API int perseus_comm_process_set(const perseus_comm_t *comm, int *proces
 PERSEUS_API int perseus_comm_rank(const perseus_comm_t *comm, int *rank) {
   return with_runtime("perseus_comm_rank", nullptr, [&](Runtime &r) {
     perseus::comm::require_out(rank, "rank");
-    const auto members = r.members_of(set_of(comm));
-    const auto at = std::find(members.begin(), members.end(), r.job().rank);
-    *rank = at == members.end() ? -1 : static_cast<int>(at - members.begin());
+    *rank = perseus::comm::index_of(r.members_of(set_of(comm)), r.job().rank);
     return PERSEUS_SUCCESS;
   });
 }

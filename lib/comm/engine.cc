@@ -576,8 +576,7 @@ std::vector<RankMessage> Engine::exchange(const RankMessage &mine) {
   size_t total = 0;
   for (size_t n : lengths) total += n;
   std::vector<uint8_t> all(std::max<size_t>(total, 1));
-  host_->allgatherv(bytes.empty() ? all.data() : reinterpret_cast<const uint8_t *>(bytes.data()),
-                    all.data(), lengths);
+  host_->allgatherv(0, bytes.data(), all.data(), lengths);
   size_t offset = 0;
   for (size_t r = 0; r < size; ++r) {
     const auto *at = reinterpret_cast<const char *>(all.data() + offset);
@@ -590,7 +589,7 @@ std::vector<RankMessage> Engine::exchange(const RankMessage &mine) {
 void Engine::run(const std::vector<Agreed> &ready) {
   for (const auto &indexes : plan_fusion(ready, settings_.fusion_threshold)) {
     const Agreed &first = ready[indexes.front()];
-    if (!first.error.empty() || first.per_rank[0].kind != OpKind::kAllreduce) {
+    if (!fusible(first)) {
       run_one(first);
       continue;
     }
@@ -662,7 +661,7 @@ void Engine::run_allreduces(const std::vector<const Agreed *> &group) {
 
 int Engine::rank_in_set(int set, int rank) const {
   const auto &ranks = negotiator_.members(set);
-  return static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  return index_of(ranks, rank);
 }
 
 bool Engine::member_of(int set, int rank) {

@@ -4,11 +4,11 @@
 
 namespace perseus::comm {
 
-namespace {
-
 bool fusible(const Agreed &agreed) {
   return agreed.error.empty() && traits(agreed.per_rank[0].kind).fusible;
 }
+
+namespace {
 
 bool fuse_together(const Descriptor &a, const Descriptor &b) {
   return a.type == b.type && a.op == b.op && a.prescale == b.prescale &&

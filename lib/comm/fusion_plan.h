@@ -9,6 +9,9 @@
 
 namespace perseus::comm {
 
+// Whether an agreed operation may be packed with others: an all-reduce the ranks agreed on.
+bool fusible(const Agreed &agreed);
+
 // Groups of indexes into `ready`, in the order they run. An all-reduce the ranks agreed on
 // takes into its group the later ones with the same type, op, prescale, postscale, process set
 // and memory kind (host or device) while they fit within `threshold` bytes together, in agreed

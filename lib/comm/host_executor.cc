@@ -68,10 +68,6 @@ void HostExecutor::allgather(const void *mine, size_t bytes, void *out) {
   }
 }
 
-void HostExecutor::allgatherv(const void *mine, void *out, const std::vector<size_t> &bytes) {
-  backend(0).allgatherv(mine, out, bytes);
-}
-
 uint8_t *HostExecutor::fusion(size_t bytes) {
   if (fusion_.size() < bytes) fusion_.resize(bytes);
   return fusion_.data();

@@ -54,9 +54,8 @@ class HostExecutor {
   void finish();
 
   // The engine's own exchange among every rank: out = each rank's `bytes` of `mine` in rank
-  // order (through shared memory when there), and the same for sizes that differ by rank.
+  // order, through shared memory when there (sizes that differ by rank: allgatherv of set 0).
   void allgather(const void *mine, size_t bytes, void *out);
-  void allgatherv(const void *mine, void *out, const std::vector<size_t> &bytes);
 
   // One tensor of a fused all-reduce; send == nullptr stands for zeros (a joined rank, which
   // gets no result: recv is null too).

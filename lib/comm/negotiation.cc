@@ -396,6 +396,11 @@ OpKind Negotiator::kind_of(const Pending &pending) {
   return OpKind::kAllreduce;
 }
 
+int index_of(const std::vector<int> &members, int rank) {
+  const auto at = std::find(members.begin(), members.end(), rank);
+  return at == members.end() ? -1 : static_cast<int>(at - members.begin());
+}
+
 const std::vector<int> &Negotiator::members(int set) const {
   return sets_.at(static_cast<size_t>(set));
 }

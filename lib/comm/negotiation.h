@@ -78,6 +78,9 @@ struct Stall {
   int process_set = 0;
 };
 
+// rank's index among a process set's members (in rank order); -1 when it is not one.
+int index_of(const std::vector<int> &members, int rank);
+
 class Negotiator {
  public:
   Negotiator(int rank, int size);

@@ -528,7 +528,7 @@ std::shared_ptr<Request> Runtime::reducescatter(const void *send, void *recv,
                               : "recv_counts is NULL: give one count per rank");
   }
   const size_t total = total_of(recv_counts, n, "recv_counts", request->what.type);
-  const size_t mine = recv_counts[index_in(ranks)];
+  const size_t mine = recv_counts[static_cast<size_t>(index_of(ranks, job_.rank))];
   if (total > 0) require_buffer(send, "send", total);
   if (mine > 0) {
     require_buffer(recv, "recv", mine);
@@ -606,10 +606,6 @@ std::vector<int> Runtime::members_of(int process_set) {
                   " does not exist (perseus_comm_create or perseus_add_process_set makes them)");
   }
   return ranks;
-}
-
-int Runtime::index_in(const std::vector<int> &ranks) const {
-  return static_cast<int>(std::find(ranks.begin(), ranks.end(), job_.rank) - ranks.begin());
 }
 
 int Runtime::join(int device) {

@@ -94,9 +94,8 @@ class Runtime {
   std::string exit_notes(const std::vector<int> &ranks);
   void check_set(int process_set, Request &request);
   static void qualify(Request &request, int process_set);
-  // The members of process_set (every rank for 0), in rank order, and this rank's index there.
+  // The members of process_set (every rank for 0), in rank order; empty for a set not made.
   std::vector<int> members(int process_set);
-  int index_in(const std::vector<int> &members) const;
   std::unique_ptr<shm::LocalAllreduce> open_local_allreduce(const EngineStore &store,
                                                             const EngineSettings &settings);
 

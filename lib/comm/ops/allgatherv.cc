@@ -1,6 +1,8 @@
 // Allgatherv: every member's elements in rank order, counts that may differ by rank; the
 // result is held by the request (output and output_counts, or device_output).
 
+#include <numeric>
+
 #include "lib/comm/ops/ops.h"
 
 namespace perseus::comm::ops {
@@ -22,13 +24,8 @@ void allgatherv_on_host(HostExecutor &host, const OpRun &run) {
   const size_t unit = element_size(d.type);
   Request &request = *run.request;
   request.output_counts = counts_of(run);
-  std::vector<size_t> bytes;
-  size_t total = 0;
-  for (size_t c : request.output_counts) {
-    bytes.push_back(c * unit);
-    total += c * unit;
-  }
-  request.output.resize(total);
+  const std::vector<size_t> bytes = in_bytes(request.output_counts, unit);
+  request.output.resize(std::accumulate(bytes.begin(), bytes.end(), size_t{0}));
   host.allgatherv(d.process_set, d.count ? request.send : nullptr, request.output.data(), bytes);
 }
 

@@ -28,11 +28,6 @@ Plan plan(const OpRun &run) {
   return p;
 }
 
-std::vector<size_t> in_bytes(std::vector<size_t> counts, size_t unit) {
-  for (size_t &c : counts) c *= unit;
-  return counts;
-}
-
 }  // namespace
 
 void alltoall_on_host(HostExecutor &host, const OpRun &run) {

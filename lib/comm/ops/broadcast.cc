@@ -1,18 +1,11 @@
 // Broadcast: the root's count elements to every member; a member that joined receives into
 // scratch memory.
 
-#include <algorithm>
-
 #include "lib/comm/ops/ops.h"
 
 namespace perseus::comm::ops {
 
 namespace {
-
-int root_index(const OpRun &run) {
-  const auto &m = run.members;
-  return static_cast<int>(std::find(m.begin(), m.end(), run.mine.root) - m.begin());
-}
 
 void *ready(const OpRun &run) {
   return run.request && run.request->ready_event ? run.request->ready_event.get() : nullptr;
@@ -23,7 +16,8 @@ void *ready(const OpRun &run) {
 void broadcast_on_host(HostExecutor &host, const OpRun &run) {
   const Descriptor &d = run.mine;
   host.broadcast(d.process_set, run.request ? run.request->recv : nullptr,
-                 static_cast<size_t>(d.count) * element_size(d.type), root_index(run));
+                 static_cast<size_t>(d.count) * element_size(d.type),
+                 index_of(run.members, d.root));
 }
 
 void broadcast_on_device(nccl::DeviceExecutor &device, const OpRun &run) {

@@ -38,6 +38,12 @@ struct OpRuns {
 
 const OpRuns &runs_of(OpKind kind);
 
+// Element counts as bytes of elements of `unit` bytes each (what the host executor moves).
+inline std::vector<size_t> in_bytes(std::vector<size_t> counts, size_t unit) {
+  for (size_t &c : counts) c *= unit;
+  return counts;
+}
+
 // broadcast.cc
 void broadcast_on_host(HostExecutor &host, const OpRun &run);
 void broadcast_on_device(nccl::DeviceExecutor &device, const OpRun &run);
