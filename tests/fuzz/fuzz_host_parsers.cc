@@ -1,4 +1,5 @@
-// libFuzzer target for the host parsers: the input is read as a hostfile and as the value of -H.
+// libFuzzer target for the host parsers: the input is read as a hostfile, as the value of -H, and
+// as Slurm's host list and tasks-per-node values (split at the first '|' for an allocation).
 // InputError is the expected failure; a crash, another exception, a sanitizer report or a broken
 // invariant (abort) is a finding. On success the hosts are merged and placed, and the results
 // checked. Run: fuzz_host_parsers -max_total_time=60 CORPUS_COPY tests/fuzz/corpus/host_parsers
@@ -18,6 +19,7 @@
 #include "lib/launch/planning/host_spec.h"
 #include "lib/launch/planning/hostfile_parser.h"
 #include "lib/launch/planning/placement.h"
+#include "lib/launch/planning/slurm_hostlist.h"
 
 namespace {
 
@@ -147,6 +149,47 @@ void merge_and_place(const std::vector<HostSpec> &specs, uint32_t seed) {
   }
 }
 
+bool all_name_chars(std::string_view name) {
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '.' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+void fuzz_slurm(std::string_view text, uint32_t seed) {
+  using perseus::launch::kMaxSlurmHosts;
+  try {
+    const std::vector<std::string> names =
+        perseus::launch::expand_slurm_hostlist(text, "SLURM_JOB_NODELIST");
+    require(!names.empty() && names.size() <= kMaxSlurmHosts, "Slurm host count");
+    for (const std::string &name : names) {
+      require(!name.empty() && all_name_chars(name), "Slurm host name characters");
+    }
+  } catch (const InputError &error) {
+    check_one_line(error.what());
+  }
+  try {
+    const std::vector<int> counts =
+        perseus::launch::expand_slurm_tasks_per_node(text, "SLURM_TASKS_PER_NODE");
+    require(!counts.empty() && counts.size() <= kMaxSlurmHosts, "Slurm node count");
+    for (int count : counts) require(count >= 1 && count <= kMaxCount, "Slurm task count");
+  } catch (const InputError &error) {
+    check_one_line(error.what());
+  }
+  const size_t bar = text.find('|');
+  if (bar == std::string_view::npos) return;
+  try {
+    std::vector<HostSpec> specs =
+        perseus::launch::slurm_allocation_hosts(text.substr(0, bar), text.substr(bar + 1));
+    check_specs(specs, false);
+    if (specs.size() <= 64) merge_and_place(specs, seed);
+  } catch (const InputError &error) {
+    check_one_line(error.what());
+  }
+}
+
 uint32_t seed_of(std::string_view text) {
   uint32_t hash = 2166136261u;
   for (char c : text) hash = (hash ^ static_cast<unsigned char>(c)) * 16777619u;
@@ -173,5 +216,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } catch (const InputError &error) {
     check_one_line(error.what());
   }
+  fuzz_slurm(text, seed);
   return 0;
 }
