@@ -17,6 +17,9 @@ packages=(
   # tests and the main job; python3-venv and python3-pip for the install tests (tests/install)
   python3 python3-venv python3-pip python3-pytest python3-numpy python3-torch procps iproute2 openssh-server
   openssh-client iputils-ping passwd
+  # a real Slurm for tests/blackbox/test_slurm.py (slurmcluster.py): controller, node daemon,
+  # commands, munge, and the PMI2 and PMIx client libraries libperseus loads under srun
+  slurmctld slurmd slurm-client munge libpmi2-0 libpmix2
   # benchmarks
   hyperfine
 )

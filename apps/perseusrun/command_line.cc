@@ -1,6 +1,7 @@
 #include "apps/perseusrun/command_line.h"
 
 #include <libssh2.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <tuple>
 
 #include "lib/launch/errors.h"
 #include "lib/launch/planning/host_syntax.h"
@@ -51,8 +53,8 @@ struct RawOptions {
   std::vector<std::string> hosts, exports;
   std::vector<std::pair<std::string, std::string>> mca;
   std::string hostfile, output_directory, working_directory;
-  std::string rsh = "libssh2", ssh_identity, ssh_user, ssh_port, ssh_timeout = "10", remote_program,
-              address, interface;
+  std::string rsh, launch_agent = "auto", ssh_identity, ssh_user, ssh_port, ssh_timeout = "10",
+                   remote_program, address, interface;
   bool ssh_accept_new = false, check = false, json = false, no_preflight = false;
   std::string gpu_busy_threshold;
   std::string heartbeat_timeout = "10";
@@ -89,7 +91,11 @@ void add_options(CLI::App &app, RawOptions &raw) {
                "Skip the quick check of ports and busy GPUs before a launch");
   app.add_option("--gpu-busy-threshold", raw.gpu_busy_threshold,
                  "MiB that other processes may use on a GPU before it counts as busy (256)");
-  app.add_option("--rsh", raw.rsh, "How to reach other hosts: libssh2 (default) or ssh (OpenSSH)");
+  app.add_option("--rsh,--launch-agent-rsh", raw.rsh,
+                 "How to reach other hosts: libssh2 (default), ssh (OpenSSH), or a program "
+                 "taking HOST COMMAND");
+  app.add_option("--launch-agent", raw.launch_agent,
+                 "auto (srun for a Slurm allocation's hosts, else --rsh), ssh or srun");
   app.add_option("--ssh-identity", raw.ssh_identity, "Private key to log in with (tried first)");
   app.add_option("--ssh-user", raw.ssh_user, "User on other hosts (user@host in -H wins)");
   app.add_option("--ssh-port", raw.ssh_port, "SSH port of other hosts (default 22)");
@@ -294,8 +300,100 @@ void check_bind_to(const std::string &value) {
   }
 }
 
-launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> command) {
+// Words of a remote shell program as Open MPI's rsh agent setting writes it: "ssh : rsh" lists
+// alternatives (the first found on PATH is used), each of them a program and its arguments.
+std::vector<std::string> split_words(const std::string &text) {
+  std::vector<std::string> words;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+bool on_path(const std::string &program, const EnvironmentLookup &lookup) {
+  if (program.find('/') != std::string::npos) return access(program.c_str(), X_OK) == 0;
+  const std::string path = lookup("PATH").value_or("/usr/bin:/bin");
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find(':', start), path.size());
+    const std::string dir = path.substr(start, end - start);
+    if (access(((dir.empty() ? "." : dir) + "/" + program).c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+// --rsh, or the rsh agent of Open MPI's environment when --rsh is not given.
+void set_remote_shell(const RawOptions &raw, const EnvironmentLookup &lookup,
+                      launch::SshOptions &ssh) {
+  std::string value = raw.rsh, origin = "--rsh";
+  if (value.empty()) {
+    for (const char *name :
+         {"OMPI_MCA_plm_rsh_agent", "OMPI_MCA_orte_rsh_agent", "PRTE_MCA_plm_ssh_agent"}) {
+      if (auto set = lookup(name); set && !set->empty()) {
+        value = *set;
+        origin = name;
+        break;
+      }
+    }
+  }
+  if (value.empty() || value == "libssh2") {
+    ssh.shell = launch::RemoteShell::kLibssh2;
+    return;
+  }
+  std::vector<std::string> words;
+  std::string tried;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t end = std::min(value.find(':', start), value.size());
+    std::vector<std::string> choice = split_words(value.substr(start, end - start));
+    start = end + 1;
+    if (choice.empty()) continue;
+    // Only a value of alternatives is searched; a single program is taken as written, and a
+    // missing one fails when the first host is reached, naming it.
+    if (value.find(':') == std::string::npos || on_path(choice[0], lookup)) {
+      words = std::move(choice);
+      break;
+    }
+    tried += (tried.empty() ? "" : ", ") + choice[0];
+  }
+  if (words.empty()) {
+    throw InputError(origin + " '" + value + "': none of " +
+                     (tried.empty() ? std::string("its programs") : tried) +
+                     " is on PATH; install one, or give --rsh libssh2");
+  }
+  if (words.size() == 1 && words[0] == "ssh") {
+    ssh.shell = launch::RemoteShell::kOpenSsh;
+    return;
+  }
+  ssh.shell = launch::RemoteShell::kProgram;
+  ssh.rsh_program = std::move(words);
+  ssh.rsh_origin = origin;
+}
+
+launch::ClusterEnvironment cluster_environment(const EnvironmentLookup &lookup) {
+  const auto first = [&](std::initializer_list<const char *> names) {
+    for (const char *name : names) {
+      if (auto value = lookup(name); value && !value->empty()) {
+        return std::pair<std::string, std::string>(name, *value);
+      }
+    }
+    return std::pair<std::string, std::string>();
+  };
+  launch::ClusterEnvironment cluster;
+  cluster.slurm_job_id = first({"SLURM_JOB_ID", "SLURM_JOBID"}).second;
+  if (!cluster.slurm_job_id.empty()) {
+    cluster.slurm_nodelist = first({"SLURM_JOB_NODELIST", "SLURM_NODELIST"}).second;
+    cluster.slurm_tasks_per_node = first({"SLURM_TASKS_PER_NODE"}).second;
+  }
+  std::tie(cluster.default_hostfile_variable, cluster.default_hostfile) =
+      first({"OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile"});
+  return cluster;
+}
+
+launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> command,
+                               const EnvironmentLookup &lookup) {
   launch::LaunchConfig config;
+  config.cluster = cluster_environment(lookup);
   if (!raw.np.empty()) {
     config.np = to_int(raw.np, "-np", 1, "a number of ranks of at least 1");
     launch::check_rank_count(config.np, "-np " + raw.np);
@@ -325,9 +423,17 @@ launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> c
     }
   }
   config.working_directory = raw.working_directory;
-  config.ssh.shell = to_choice<launch::RemoteShell>(
-      raw.rsh, "--rsh",
-      {{"libssh2", launch::RemoteShell::kLibssh2}, {"ssh", launch::RemoteShell::kOpenSsh}});
+  set_remote_shell(raw, lookup, config.ssh);
+  config.ssh.launch_agent = to_choice<launch::AgentLaunch>(raw.launch_agent, "--launch-agent",
+                                                           {{"auto", launch::AgentLaunch::kAuto},
+                                                            {"ssh", launch::AgentLaunch::kSsh},
+                                                            {"srun", launch::AgentLaunch::kSrun}});
+  if (config.ssh.launch_agent == launch::AgentLaunch::kSrun &&
+      config.cluster.slurm_job_id.empty()) {
+    throw InputError(
+        "--launch-agent srun: perseusrun is not inside a Slurm job (SLURM_JOB_ID is not set); "
+        "run it within salloc or sbatch, or drop --launch-agent srun");
+  }
   config.ssh.identity = raw.ssh_identity;
   config.ssh.user = raw.ssh_user;
   if (!raw.ssh_port.empty()) {
@@ -369,7 +475,16 @@ launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> c
 
 }  // namespace
 
-CommandLine parse_command_line(const std::vector<std::string> &args) {
+EnvironmentLookup process_environment() {
+  return [](const std::string &name) -> std::optional<std::string> {
+    const char *value = getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+CommandLine parse_command_line(const std::vector<std::string> &args,
+                               const EnvironmentLookup &environment) {
   CommandLine result;
   if (!args.empty() && args[0] == "--agent") {
     result.mode = Mode::kAgent;
@@ -391,7 +506,7 @@ CommandLine parse_command_line(const std::vector<std::string> &args) {
   } else if (raw.version) {
     result.mode = Mode::kVersion;
   } else {
-    result.config = to_config(raw, std::move(command));
+    result.config = to_config(raw, std::move(command), environment);
   }
   return result;
 }

@@ -16,7 +16,7 @@
 #include <openssl/crypto.h>
 
 #include "lib/comm/error.h"
-#include "lib/comm/mpi_bootstrap.h"
+#include "lib/comm/launcher_bootstrap.h"
 #include "lib/comm/nccl/device_executor.h"
 #include "lib/comm/nccl/nccl_api.h"
 #include "lib/comm/negotiation.h"
@@ -135,8 +135,8 @@ const char *lookup(const char *variable) { return std::getenv(variable); }
 // no launcher's variable is set; else through perseusrun's variables (which names the missing
 // ones when they are incomplete).
 std::unique_ptr<Runtime> start_runtime(EngineSettings settings, int generation) {
-  if (started_by_mpi(lookup)) {
-    MpiBootstrap joined = bootstrap_through_mpi(lookup);
+  if (started_by_other_launcher(lookup)) {
+    LauncherBootstrap joined = bootstrap_through_launcher(lookup);
     return std::make_unique<Runtime>(std::move(joined.job), joined.secret, std::move(settings),
                                      generation);
   }

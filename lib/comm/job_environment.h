@@ -54,7 +54,7 @@ JobEnvironment alone_job_environment(Lookup lookup);
 
 // Reads only the tuning variables (PERSEUS_INIT_TIMEOUT, PERSEUS_COLLECTIVE_TIMEOUT,
 // PERSEUS_GLOO_IFACE) into `job`, leaving the rest; read_job_environment ends with it, and a job
-// that MPI started (mpi_bootstrap.h) takes its place from MPI and its tuning from here. Throws
+// that MPI started (launcher_bootstrap.h) takes its place from MPI and its tuning from here. Throws
 // Error(kInvalidArgument) for a malformed value, naming the variable.
 void read_tuning(Lookup lookup, JobEnvironment &job);
 

@@ -40,7 +40,7 @@ class Runtime {
   // Joins the job: reads the secret, reaches the rendezvous store, connects the backend and
   // starts the engine. `generation` counts this process's perseus_init calls; it keeps the keys
   // of a second init apart from the first's. Throws Error.
-  // `secret`: the job's secret when MPI brought it (mpi_bootstrap.h); nullopt: read from
+  // `secret`: the job's secret when MPI brought it (launcher_bootstrap.h); nullopt: read from
   // job.secret_file, which perseusrun wrote.
   Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret, EngineSettings settings,
           int generation);

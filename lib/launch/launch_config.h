@@ -20,6 +20,18 @@ inline constexpr int kMaxRanks = 65536;
 // came from ("-np 1000000", "the 70000 slots").
 void check_rank_count(long long np, const std::string &source);
 
+// What the cluster engine around perseusrun says, read from its environment by apps/perseusrun:
+// a Slurm job's nodes and tasks per node (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE), and Open
+// MPI's default hostfile (OMPI_MCA_orte_default_hostfile, as Kubeflow's MPIJob sets it). Used
+// when neither -H nor -hostfile names hosts, in that order (host_mentions in job_plan.h).
+struct ClusterEnvironment {
+  std::string slurm_job_id;               // SLURM_JOB_ID; empty outside a Slurm job
+  std::string slurm_nodelist;             // empty: not in an allocation
+  std::string slurm_tasks_per_node;       // SLURM_TASKS_PER_NODE
+  std::string default_hostfile;           // the file's path
+  std::string default_hostfile_variable;  // the variable that named it, for messages
+};
+
 struct LaunchConfig {
   int np = 0;                           // 0: the total slots
   std::vector<std::string> host_lists;  // each -H value
@@ -42,6 +54,7 @@ struct LaunchConfig {
   std::vector<std::string> command;  // program and its arguments
   std::string agent_program;         // this binary, started as the agent on each host
   SshOptions ssh;
+  ClusterEnvironment cluster;
   bool preflight = true;                            // --no-preflight turns it off
   unsigned long long gpu_busy_threshold_mib = 256;  // --gpu-busy-threshold
   bool check_only = false;                          // --check

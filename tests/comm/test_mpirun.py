@@ -1,7 +1,7 @@
 """libperseus started without perseusrun: the same C rank program under Open MPI's mpirun.
 
 perseus_init sees OMPI_COMM_WORLD_* and no PERSEUS_RENDEZVOUS_ADDR, loads Open MPI at run time,
-and MPI carries the rendezvous (lib/comm/mpi_bootstrap.h). CTest sets PERSEUS_COLLECTIVES_TEST
+and MPI carries the rendezvous (lib/comm/launcher_bootstrap.h). CTest sets PERSEUS_COLLECTIVES_TEST
 and LIBPERSEUS (test_comm.py's defaults otherwise); MPIRUN and MPICC name mpirun and mpicc when
 they are not on PATH. Without them the tests report "skipped" (scripts/setup.sh installs
 openmpi-bin and libopenmpi-dev).
@@ -85,7 +85,7 @@ def test_launcher_variables_without_the_launcher_say_so():
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 1, show(proc)
     assert "init returned -3" in proc.stderr, show(proc)
-    assert ("MPI_COMM_WORLD has 1 rank(s), not the 2 that OMPI_COMM_WORLD_SIZE=2 announces"
+    assert ("the job joined has 1 rank(s), not the 2 that OMPI_COMM_WORLD_SIZE=2 announces"
             in proc.stderr), show(proc)
 
 

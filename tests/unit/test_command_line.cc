@@ -473,12 +473,102 @@ TEST_CASE("bad SSH options are usage errors naming the value") {
   for (const auto &[args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--ssh-port", "0", "p"}, "--ssh-port '0'"},
            {{"--ssh-port", "65536", "p"}, "--ssh-port '65536'"},
-           {{"--rsh", "rsh", "p"}, "--rsh 'rsh': expected one of libssh2, ssh"},
+           {{"--rsh", "perseus-no-such-rsh : perseus-no-such-ssh -x", "p"},
+            "--rsh 'perseus-no-such-rsh : perseus-no-such-ssh -x': none of perseus-no-such-rsh, "
+            "perseus-no-such-ssh is on PATH"},
+           {{"--launch-agent", "pbs", "p"},
+            "--launch-agent 'pbs': expected one of auto, ssh, srun"},
            {{"--ssh-connect-timeout", "soon", "p"}, "--ssh-connect-timeout 'soon'"}}) {
     CAPTURE(expected);
     CHECK_THROWS_WITH_AS(parse_command_line(args), doctest::Contains(expected.c_str()),
                          launch::InputError);
   }
+}
+
+// A fake environment for the cluster engines' variables.
+EnvironmentLookup fake_environment(std::vector<std::pair<std::string, std::string>> variables) {
+  return [variables](const std::string &name) -> std::optional<std::string> {
+    for (const auto &[key, value] : variables) {
+      if (key == name) return value;
+    }
+    if (name == "PATH") return std::string("/usr/bin:/bin");
+    return std::nullopt;
+  };
+}
+
+TEST_CASE("a Slurm job's variables and Open MPI's default hostfile reach the configuration") {
+  const LaunchConfig slurm =
+      parse_command_line({"prog"}, fake_environment({{"SLURM_JOB_ID", "42"},
+                                                     {"SLURM_JOB_NODELIST", "n[1-3]"},
+                                                     {"SLURM_TASKS_PER_NODE", "2(x3)"}}))
+          .config;
+  CHECK(slurm.cluster.slurm_job_id == "42");
+  CHECK(slurm.cluster.slurm_nodelist == "n[1-3]");
+  CHECK(slurm.cluster.slurm_tasks_per_node == "2(x3)");
+  CHECK(slurm.ssh.launch_agent == launch::AgentLaunch::kAuto);
+  // The older names, as Slurm also sets them.
+  const LaunchConfig old =
+      parse_command_line({"prog"}, fake_environment({{"SLURM_JOBID", "7"},
+                                                     {"SLURM_NODELIST", "a"},
+                                                     {"SLURM_TASKS_PER_NODE", "1"}}))
+          .config;
+  CHECK(old.cluster.slurm_job_id == "7");
+  CHECK(old.cluster.slurm_nodelist == "a");
+  // A node list without a job is not an allocation.
+  CHECK(parse_command_line({"prog"}, fake_environment({{"SLURM_JOB_NODELIST", "n1"}}))
+            .config.cluster.slurm_nodelist.empty());
+  const LaunchConfig mpijob =
+      parse_command_line({"prog"},
+                         fake_environment({{"OMPI_MCA_orte_default_hostfile", "/etc/mpi/hostfile"},
+                                           {"OMPI_MCA_plm_rsh_agent", "/etc/mpi/kubexec.sh"}}))
+          .config;
+  CHECK(mpijob.cluster.default_hostfile == "/etc/mpi/hostfile");
+  CHECK(mpijob.cluster.default_hostfile_variable == "OMPI_MCA_orte_default_hostfile");
+  CHECK(mpijob.ssh.shell == launch::RemoteShell::kProgram);
+  CHECK(mpijob.ssh.rsh_program == std::vector<std::string>{"/etc/mpi/kubexec.sh"});
+  CHECK(mpijob.ssh.rsh_origin == "OMPI_MCA_plm_rsh_agent");
+}
+
+TEST_CASE("--rsh and Open MPI's rsh agent: libssh2, OpenSSH, a program, alternatives") {
+  const auto shell_of = [](const Args &args, const EnvironmentLookup &environment) {
+    return parse_command_line(args, environment).config.ssh;
+  };
+  const EnvironmentLookup none = fake_environment({});
+  CHECK(shell_of({"prog"}, none).shell == launch::RemoteShell::kLibssh2);
+  CHECK(shell_of({"--rsh", "libssh2", "prog"}, none).shell == launch::RemoteShell::kLibssh2);
+  CHECK(shell_of({"--rsh", "ssh", "prog"}, none).shell == launch::RemoteShell::kOpenSsh);
+  const launch::SshOptions program = shell_of({"--rsh", "/opt/rsh -q", "prog"}, none);
+  CHECK(program.shell == launch::RemoteShell::kProgram);
+  CHECK(program.rsh_program == std::vector<std::string>{"/opt/rsh", "-q"});
+  // Open MPI's "ssh : rsh": the first alternative on PATH (sh is, the first is not).
+  const launch::SshOptions alternative =
+      shell_of({"prog"}, fake_environment({{"OMPI_MCA_plm_rsh_agent", "perseus-no-such : sh -c"}}));
+  CHECK(alternative.shell == launch::RemoteShell::kProgram);
+  CHECK(alternative.rsh_program == std::vector<std::string>{"sh", "-c"});
+  CHECK(shell_of({"prog"}, fake_environment({{"OMPI_MCA_plm_rsh_agent", "ssh : rsh"}})).shell ==
+        launch::RemoteShell::kOpenSsh);
+  // --rsh wins over the environment.
+  CHECK(shell_of({"--rsh", "libssh2", "prog"},
+                 fake_environment({{"OMPI_MCA_plm_rsh_agent", "/etc/mpi/kubexec.sh"}}))
+            .shell == launch::RemoteShell::kLibssh2);
+}
+
+TEST_CASE("--launch-agent srun needs a Slurm job") {
+  const std::string error = [] {
+    try {
+      parse_command_line({"--launch-agent", "srun", "prog"}, fake_environment({}));
+    } catch (const InputError &e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  CHECK(error.find("--launch-agent srun: perseusrun is not inside a Slurm job") == 0);
+  CHECK(parse_command_line({"--launch-agent", "srun", "prog"},
+                           fake_environment({{"SLURM_JOB_ID", "1"}}))
+            .config.ssh.launch_agent == launch::AgentLaunch::kSrun);
+  CHECK(parse_command_line({"--launch-agent", "ssh", "prog"},
+                           fake_environment({{"SLURM_JOB_ID", "1"}}))
+            .config.ssh.launch_agent == launch::AgentLaunch::kSsh);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
+#include "lib/launch/launch_config.h"
+#include "lib/launch/planning/job_plan.h"
 #include "lib/launch/planning/slurm_hostlist.h"
 
 namespace perseus::launch {
@@ -109,6 +111,47 @@ TEST_CASE("Slurm allocation: one host a node, with its count") {
   CHECK(mismatch.find("counts for 2 nodes") != std::string::npos);
   CHECK(mismatch.find("names 3") != std::string::npos);
   CHECK(mismatch.find("-H") != std::string::npos);
+}
+
+TEST_CASE("host mentions: -H and -hostfile, then the Slurm allocation, then the default hostfile") {
+  LaunchConfig config;
+  config.cluster.slurm_job_id = "42";
+  config.cluster.slurm_nodelist = "perseus-test-n[1-2]";
+  config.cluster.slurm_tasks_per_node = "3,1";
+  config.cluster.default_hostfile = "/nonexistent/perseus/hostfile";
+  config.cluster.default_hostfile_variable = "OMPI_MCA_orte_default_hostfile";
+  std::vector<HostSpec> specs = host_mentions(config);
+  REQUIRE(specs.size() == 2);
+  CHECK(specs[0].host == "perseus-test-n1");
+  CHECK(specs[0].slots == 3);
+  CHECK(specs[1].slots == 1);
+  CHECK(specs[1].origin == kSlurmAllocationOrigin);
+  // -H wins over the allocation (and the agents then start as --rsh says).
+  config.host_lists = {"perseus-test-other:2"};
+  specs = host_mentions(config);
+  REQUIRE(specs.size() == 1);
+  CHECK(specs[0].origin == "-H");
+  // Without an allocation: the default hostfile, named in its errors.
+  config.host_lists.clear();
+  config.cluster.slurm_nodelist.clear();
+  const std::string error = [&] {
+    try {
+      host_mentions(config);
+    } catch (const InputError &e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  CHECK(error.find("/nonexistent/perseus/hostfile") != std::string::npos);
+  CHECK(error.find("OMPI_MCA_orte_default_hostfile") != std::string::npos);
+  config.cluster.default_hostfile.clear();
+  specs = host_mentions(config);
+  REQUIRE(specs.size() == 1);
+  CHECK(specs[0].origin == "default");
+  // An allocation whose counts are missing is an error, not this machine alone.
+  config.cluster.slurm_nodelist = "n1";
+  config.cluster.slurm_tasks_per_node.clear();
+  CHECK_THROWS_AS(host_mentions(config), InputError);
 }
 
 }  // namespace

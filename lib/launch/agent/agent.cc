@@ -480,7 +480,53 @@ Rank *Agent::stdin_rank() {
 
 }  // namespace
 
+// Variables that describe the agent's own task when a workload manager started it (the one
+// task of an srun step, a batch script's task) and would misdescribe a rank as that task: its
+// rank and the step's size and process-manager sockets. The job's allocation (SLURM_JOB_*,
+// SLURM_NODEID, SLURM_CLUSTER_NAME, ...) stays, as it holds for the ranks too.
+void drop_task_variables() {
+  static constexpr const char *kTaskVariables[] = {
+      "SLURM_PROCID",
+      "SLURM_LOCALID",
+      "SLURM_NTASKS",
+      "SLURM_NPROCS",
+      "SLURM_STEP_ID",
+      "SLURM_STEPID",
+      "SLURM_STEP_NUM_TASKS",
+      "SLURM_STEP_NUM_NODES",
+      "SLURM_STEP_NODELIST",
+      "SLURM_STEP_TASKS_PER_NODE",
+      "SLURM_TASK_PID",
+      "SLURM_GTIDS",
+      "SLURM_LAUNCH_NODE_IPADDR",
+      "SLURM_SRUN_COMM_HOST",
+      "SLURM_SRUN_COMM_PORT",
+      "SLURM_STEP_LAUNCHER_PORT",
+      "SLURM_CPU_BIND",
+      "SLURM_CPU_BIND_LIST",
+      "SLURM_CPU_BIND_TYPE",
+      "SLURM_CPU_BIND_VERBOSE",
+      "SLURM_DISTRIBUTION",
+      "SLURM_UMASK",
+      "PMI_FD",
+      "PMI_RANK",
+      "PMI_SIZE",
+      "PMI_JOBID",
+      "PMI_SPAWNED",
+      "PMIX_RANK",
+      "PMIX_NAMESPACE",
+      "PMIX_SERVER_URI2",
+      "PMIX_SERVER_URI3",
+      "PMIX_SERVER_URI4",
+      "PMIX_SERVER_URI21",
+      "PMIX_SERVER_URI41",
+      "PMIX_SECURITY_MODE",
+  };
+  for (const char *name : kTaskVariables) unsetenv(name);
+}
+
 int run_agent() {
+  drop_task_variables();
   try {
     return Agent().run();
   } catch (const std::exception &error) {

@@ -328,8 +328,8 @@ std::string Launcher::master_address(const Host &rank0_host) const {
 }
 
 // This machine's address as every host reaches it: --addr, --iface, the address of the SSH
-// connections, the source address of the route to the first other host, or loopback when the
-// job runs here alone.
+// connections, the source address of the route to the first other host (its address as Slurm
+// knows it, for a node reached through srun), or loopback when the job runs here alone.
 std::string Launcher::own_address() const {
   if (!config_.ssh.address.empty()) return config_.ssh.address;
   if (!config_.ssh.interface.empty()) {
@@ -345,7 +345,8 @@ std::string Launcher::own_address() const {
   }
   for (const auto &[key, agent] : agents_) {
     if (!is_local_host(agent.link->host())) {
-      const std::string address = route_source_address(agent.link->host());
+      const std::string peer = agent.link->peer_address();
+      const std::string address = route_source_address(peer.empty() ? agent.link->host() : peer);
       if (!address.empty()) return address;
     }
   }

@@ -8,6 +8,7 @@
 #include "lib/launch/planning/host_identity.h"
 #include "lib/launch/planning/host_list_parser.h"
 #include "lib/launch/planning/hostfile_parser.h"
+#include "lib/launch/planning/slurm_hostlist.h"
 
 namespace perseus::launch {
 
@@ -131,6 +132,24 @@ std::vector<HostSpec> host_mentions(const LaunchConfig &config) {
     for (HostSpec &spec : parse_host_list(list)) mentions.push_back(std::move(spec));
   }
   if (!config.hostfile.empty()) mentions = read_hostfile(config.hostfile);
+  const ClusterEnvironment &cluster = config.cluster;
+  if (mentions.empty() && config.host_lists.empty() && config.hostfile.empty()) {
+    if (!cluster.slurm_nodelist.empty()) {
+      if (cluster.slurm_tasks_per_node.empty()) {
+        throw InputError("Slurm job " + cluster.slurm_job_id +
+                         ": SLURM_JOB_NODELIST is set but SLURM_TASKS_PER_NODE is not; run "
+                         "perseusrun inside the allocation (salloc, sbatch), or give -H");
+      }
+      mentions = slurm_allocation_hosts(cluster.slurm_nodelist, cluster.slurm_tasks_per_node);
+    } else if (!cluster.default_hostfile.empty()) {
+      try {
+        mentions = read_hostfile(cluster.default_hostfile);
+      } catch (const InputError &error) {
+        throw InputError(std::string(error.what()) + "\n(the hostfile named by " +
+                         cluster.default_hostfile_variable + ")");
+      }
+    }
+  }
   if (mentions.empty()) mentions.push_back(HostSpec{"", "localhost", {}, {}, "default"});
   return unify_host_names(std::move(mentions), resolve_host);
 }

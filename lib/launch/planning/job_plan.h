@@ -28,9 +28,10 @@ using EnvironmentLookup = std::function<std::optional<std::string>(const std::st
 EnvironmentChanges exported_environment(const LaunchConfig &config, const EnvironmentLookup &lookup,
                                         std::vector<std::string> &warnings);
 
-// The host mentions of a configuration: -H, the hostfile, or this machine alone (origin
-// "default"), with the names of one machine unified (host_identity.h). Both -H and a hostfile
-// is an InputError.
+// The host mentions of a configuration: -H, the hostfile, or when neither is given the Slurm
+// allocation (origin "Slurm allocation"), Open MPI's default hostfile, or this machine alone
+// (origin "default"), in that order; with the names of one machine unified (host_identity.h).
+// Both -H and a hostfile is an InputError.
 std::vector<HostSpec> host_mentions(const LaunchConfig &config);
 
 // Slots of bare mentions: the host's GPU count when its agent found GPUs; for the default host

@@ -233,7 +233,7 @@ std::vector<HostSpec> slurm_allocation_hosts(std::string_view nodelist,
   std::vector<HostSpec> hosts;
   hosts.reserve(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
-    hosts.push_back(HostSpec{"", names[i], counts[i], {}, "Slurm allocation"});
+    hosts.push_back(HostSpec{"", names[i], counts[i], {}, kSlurmAllocationOrigin});
   }
   return hosts;
 }

@@ -20,6 +20,9 @@ namespace perseus::launch {
 
 inline constexpr size_t kMaxSlurmHosts = 65536;
 
+// The origin of the HostSpecs of an allocation.
+inline constexpr const char *kSlurmAllocationOrigin = "Slurm allocation";
+
 // Every host name of a compressed host list, in Slurm's order (duplicates kept). `origin` names
 // where the value came from, for messages ("SLURM_JOB_NODELIST").
 std::vector<std::string> expand_slurm_hostlist(std::string_view value, std::string_view origin);

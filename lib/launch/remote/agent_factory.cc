@@ -5,10 +5,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 
 #include "lib/launch/errors.h"
 #include "lib/launch/local_host.h"
 #include "lib/launch/planning/job_plan.h"
+#include "lib/launch/planning/slurm_hostlist.h"
+#include "lib/launch/remote/slurm_nodes.h"
 #include "lib/launch/shell_quote.h"
 #include "perseus/config.h"
 
@@ -37,17 +40,40 @@ std::vector<std::string> openssh_command(const HostSpec &spec, const SshOptions 
 
 }  // namespace
 
-std::unique_ptr<AgentLink> start_agent(const HostSpec &spec, const LaunchConfig &config) {
+bool through_srun(const HostSpec &spec, const LaunchConfig &config) {
+  switch (config.ssh.launch_agent) {
+    case AgentLaunch::kSrun:
+      return true;
+    case AgentLaunch::kSsh:
+      return false;
+    case AgentLaunch::kAuto:
+      break;
+  }
+  return spec.origin == kSlurmAllocationOrigin;
+}
+
+std::unique_ptr<AgentLink> start_agent(const HostSpec &spec, const LaunchConfig &config,
+                                       const std::string &node_address) {
   if (is_local_host(spec.host)) {
     return start_process_agent({config.agent_program, "--agent"}, spec.host);
   }
   const SshOptions &ssh = config.ssh;
   const std::string program =
       ssh.remote_program.empty() ? config.agent_program : ssh.remote_program;
+  if (through_srun(spec, config)) {
+    return start_process_agent(srun_agent_command(spec.host, program), spec.host, node_address);
+  }
   const std::string command = "exec " + shell_quote(program) + " --agent";
   const std::string user = !spec.user.empty() ? spec.user : ssh.user;
   if (ssh.shell == RemoteShell::kOpenSsh) {
     return start_process_agent(openssh_command(spec, ssh, user, command), spec.host);
+  }
+  if (ssh.shell == RemoteShell::kProgram) {
+    // As mpirun runs its rsh agent: PROGRAM [ARGS] HOST COMMAND (Kubeflow's kubexec.sh, a
+    // wrapper of the user's). The user of user@host is the program's business.
+    std::vector<std::string> argv = ssh.rsh_program;
+    argv.insert(argv.end(), {spec.host, command});
+    return start_process_agent(argv, spec.host);
   }
   const SshTarget target{spec.host, user.empty() ? current_user() : user, ssh.port};
   const SshSettings settings{ssh.identity, home_directory(), ssh.accept_new,
@@ -102,6 +128,11 @@ CheckReport check_report(AgentLink &link, long long deadline_ms) {
 std::vector<ReachedAgent> reach_agents(const std::vector<HostSpec> &mentions,
                                        const LaunchConfig &config, Failures failures) {
   std::vector<ReachedAgent> agents;
+  std::vector<std::string> srun_nodes;
+  for (const HostSpec &spec : mentions) {
+    if (!is_local_host(spec.host) && through_srun(spec, config)) srun_nodes.push_back(spec.host);
+  }
+  const std::map<std::string, std::string> node_addresses = slurm_node_addresses(srun_nodes);
   for (const HostSpec &spec : mentions) {
     const std::string key = host_key(spec.user, spec.host);
     if (std::any_of(agents.begin(), agents.end(), [&](const ReachedAgent &a) {
@@ -109,7 +140,10 @@ std::vector<ReachedAgent> reach_agents(const std::vector<HostSpec> &mentions,
         })) {
       continue;
     }
-    agents.push_back(ReachedAgent{spec, start_agent(spec, config), std::nullopt, ""});
+    const auto address = node_addresses.find(spec.host);
+    agents.push_back(ReachedAgent{
+        spec, start_agent(spec, config, address == node_addresses.end() ? "" : address->second),
+        std::nullopt, ""});
     spdlog::debug("started the agent for {}", key);
   }
   // Runs one step for every agent still in the running; a failure throws or is recorded.

@@ -16,7 +16,12 @@
 
 namespace perseus::launch {
 
-std::unique_ptr<AgentLink> start_agent(const HostSpec &spec, const LaunchConfig &config);
+// `node_address`: the host's address when Slurm knows it (a node reached through srun).
+std::unique_ptr<AgentLink> start_agent(const HostSpec &spec, const LaunchConfig &config,
+                                       const std::string &node_address = "");
+
+// Whether the host's agent starts through srun (--launch-agent, or a Slurm allocation's host).
+bool through_srun(const HostSpec &spec, const LaunchConfig &config);
 
 // The next frame from the agent, which must be of `type`. Throws LaunchError naming the host
 // when the agent ends, says something else, or is silent until `deadline_ms`.

@@ -39,10 +39,12 @@ class AgentLink {
   virtual void reap(int timeout_ms) = 0;
 };
 
-// Starts `argv` (e.g. {"/path/perseusrun", "--agent"}, or an ssh command line) in its own
-// process group, with its stdin and stdout on pipes and its stderr shared with perseusrun's.
+// Starts `argv` (e.g. {"/path/perseusrun", "--agent"}, or an ssh or srun command line) in its
+// own process group, with its stdin and stdout on pipes and its stderr shared with perseusrun's.
+// `peer_address` is the host's address when known (a Slurm node's NodeAddr).
 std::unique_ptr<AgentLink> start_process_agent(const std::vector<std::string> &argv,
-                                               const std::string &host);
+                                               const std::string &host,
+                                               const std::string &peer_address = "");
 
 // Reaches `target` with libssh2 on a thread of its own and, after start(), runs `command`
 // there (the agent), relaying its stdin and stdout.

@@ -11,8 +11,11 @@ namespace {
 
 class ProcessAgentLink : public AgentLink {
  public:
-  ProcessAgentLink(pid_t pid, FrameChannel channel, std::string host)
-      : pid_(pid), channel_(std::move(channel)), host_(std::move(host)) {}
+  ProcessAgentLink(pid_t pid, FrameChannel channel, std::string host, std::string peer_address)
+      : pid_(pid),
+        channel_(std::move(channel)),
+        host_(std::move(host)),
+        peer_address_(std::move(peer_address)) {}
   ~ProcessAgentLink() override {
     if (pid_ > 0) {
       kill();
@@ -22,6 +25,7 @@ class ProcessAgentLink : public AgentLink {
 
   FrameChannel &channel() override { return channel_; }
   const std::string &host() const override { return host_; }
+  std::string peer_address() const override { return peer_address_; }
   void kill() override {
     if (pid_ > 0) ::kill(pid_, SIGKILL);
   }
@@ -41,12 +45,14 @@ class ProcessAgentLink : public AgentLink {
   pid_t pid_;
   FrameChannel channel_;
   std::string host_;
+  std::string peer_address_;
 };
 
 }  // namespace
 
 std::unique_ptr<AgentLink> start_process_agent(const std::vector<std::string> &argv,
-                                               const std::string &host) {
+                                               const std::string &host,
+                                               const std::string &peer_address) {
   std::vector<char *> args;
   for (const std::string &arg : argv) args.push_back(const_cast<char *>(arg.c_str()));
   args.push_back(nullptr);
@@ -71,7 +77,7 @@ std::unique_ptr<AgentLink> start_process_agent(const std::vector<std::string> &a
       pid,
       FrameChannel(std::move(from_agent.read_end), std::move(to_agent.write_end),
                    "agent on " + host),
-      host);
+      host, peer_address);
 }
 
 }  // namespace perseus::launch

@@ -1,4 +1,4 @@
-#include "lib/comm/mpi_bootstrap.h"
+#include "lib/comm/launcher_bootstrap.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include "lib/comm/error.h"
 #include "lib/comm/host_places.h"
 #include "lib/comm/mpi_library.h"
+#include "lib/comm/pmi_library.h"
 
 namespace perseus::comm {
 
@@ -41,12 +43,12 @@ struct StoreRecord {
   char error[1024];
 };
 
-// The process's one exchange (see bootstrap_through_mpi). Never destroyed: rank 0's store must
+// The process's one exchange (see bootstrap_through_launcher). Never destroyed: rank 0's store must
 // outlive every rank's last perseus_init, and a server thread joined from a static destructor
 // could wait on ranks that are gone.
 struct Cache {
   std::mutex mutex;
-  std::optional<MpiBootstrap> joined;
+  std::optional<LauncherBootstrap> joined;
 };
 
 Cache &cache() {
@@ -63,10 +65,18 @@ std::string named(const char *name, const std::string &value) {
   return std::string(name) + "=" + value;
 }
 
+// srun --mpi=pmi2 gives each task the socket of its step's PMI2 server.
+bool under_pmi2(Lookup lookup) {
+  return !value_of(lookup, "PMI_FD").empty() && !value_of(lookup, "PMI_RANK").empty();
+}
+
 // How an MPI launcher announced itself ("mpirun (OMPI_COMM_WORLD_SIZE=2)"), or "" when none did.
 std::string launcher_of(Lookup lookup) {
   if (const auto size = value_of(lookup, "OMPI_COMM_WORLD_SIZE"); !size.empty()) {
     return "Open MPI's mpirun (" + named("OMPI_COMM_WORLD_SIZE", size) + ")";
+  }
+  if (under_pmi2(lookup)) {
+    return "Slurm's srun with PMI2 (" + named("PMI_RANK", value_of(lookup, "PMI_RANK")) + ")";
   }
   if (const auto rank = value_of(lookup, "PMIX_RANK"); !rank.empty()) {
     return "a PMIx launcher (" + named("PMIX_RANK", rank) + ")";
@@ -101,6 +111,90 @@ std::vector<std::string> library_names(Lookup lookup) {
   return {"libmpi.so.40", "libmpi.so"};
 }
 
+std::vector<std::string> pmi2_library_names(Lookup lookup) {
+  const std::string chosen = value_of(lookup, "PERSEUS_PMI2_LIBRARY");
+  if (!chosen.empty()) return {chosen};
+  return {"libpmi2.so.0", "libpmi2.so"};
+}
+
+// The two collectives the bootstrap needs from the launcher's process manager, over every rank.
+class LauncherChannel {
+ public:
+  virtual ~LauncherChannel() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // `bytes` of each rank into `out` (bytes * size), in rank order.
+  virtual void allgather(const void *in, void *out, int bytes) = 0;
+  // `bytes` of rank 0's `buffer` into every rank's.
+  virtual void broadcast(void *buffer, int bytes) = 0;
+  // The end of the exchange, reached by every rank.
+  virtual void finish() = 0;
+};
+
+// MPI_COMM_WORLD, initialised here unless the program did (see the header for the finalise).
+class MpiChannel : public LauncherChannel {
+ public:
+  MpiChannel(Lookup lookup, const std::string &launcher)
+      : mpi_(MpiLibrary::open(library_names(lookup), "started under " + launcher)) {
+    if (mpi_.finalized()) {
+      throw Error(Code::kRendezvous, "started under " + launcher +
+                                         ", but this process has already called MPI_Finalize (" +
+                                         mpi_.path() +
+                                         "): libperseus meets the other ranks through MPI, so "
+                                         "call perseus_init before MPI_Finalize");
+    }
+    ours_ = !mpi_.initialized();
+    if (ours_) mpi_.init_thread();
+  }
+  int rank() const override { return mpi_.rank(); }
+  int size() const override { return mpi_.size(); }
+  void allgather(const void *in, void *out, int bytes) override { mpi_.allgather(in, out, bytes); }
+  void broadcast(void *buffer, int bytes) override { mpi_.broadcast(buffer, bytes, 0); }
+  // Every rank gets here (no rank throws between its collectives), so the finalise cannot wait
+  // on a rank that left: MPI_Finalize is collective in Open MPI (a fence).
+  void finish() override {
+    if (ours_) mpi_.finalize();
+  }
+
+ private:
+  MpiLibrary mpi_;
+  bool ours_ = false;
+};
+
+// The step's PMI2 key-value space: a put and a fence make each collective.
+class Pmi2Channel : public LauncherChannel {
+ public:
+  Pmi2Channel(Lookup lookup, const std::string &launcher)
+      : pmi_(Pmi2Library::open(pmi2_library_names(lookup), "started under " + launcher)) {
+    pmi_.init();
+  }
+  int rank() const override { return pmi_.rank(); }
+  int size() const override { return pmi_.size(); }
+  void allgather(const void *in, void *out, int bytes) override {
+    // One key space for the whole step: each rank's value under a key of its own.
+    const std::string key = "perseus-gather-" + std::to_string(round_++) + "-";
+    pmi_.put_bytes(key + std::to_string(rank()), in, static_cast<size_t>(bytes));
+    pmi_.fence();
+    auto *all = static_cast<char *>(out);
+    for (int r = 0; r < size(); ++r) {
+      pmi_.get_bytes(r, key + std::to_string(r),
+                     all + static_cast<size_t>(r) * static_cast<size_t>(bytes),
+                     static_cast<size_t>(bytes));
+    }
+  }
+  void broadcast(void *buffer, int bytes) override {
+    const std::string key = "perseus-bcast-" + std::to_string(round_++);
+    if (rank() == 0) pmi_.put_bytes(key, buffer, static_cast<size_t>(bytes));
+    pmi_.fence();
+    if (rank() != 0) pmi_.get_bytes(0, key, buffer, static_cast<size_t>(bytes));
+  }
+  void finish() override { pmi_.finalize(); }
+
+ private:
+  Pmi2Library pmi_;
+  int round_ = 0;
+};
+
 // Copies text into a fixed field, always terminated (longer text is cut).
 template <size_t N>
 void put(char (&field)[N], const std::string &text) {
@@ -126,12 +220,12 @@ std::string machine_identity() {
   return boot_id + " " + (length > 0 ? std::string(network, static_cast<size_t>(length)) : "");
 }
 
-std::vector<HostRecord> gather_hosts(const MpiLibrary &mpi, int size) {
+std::vector<HostRecord> gather_hosts(LauncherChannel &channel, int size) {
   HostRecord mine{};
   put(mine.host, host_name());
   put(mine.machine, machine_identity());
   std::vector<HostRecord> all(static_cast<size_t>(size));
-  mpi.allgather(&mine, all.data(), static_cast<int>(sizeof mine));
+  channel.allgather(&mine, all.data(), static_cast<int>(sizeof mine));
   return all;
 }
 
@@ -224,11 +318,11 @@ void check_size(int size, Lookup lookup, const std::string &launcher) {
   const int announced = announced_size(lookup, variable);
   if (announced != 0 && announced != size) {
     throw Error(Code::kRendezvous,
-                "started under " + launcher + ", but MPI_COMM_WORLD has " + std::to_string(size) +
+                "started under " + launcher + ", but the job joined has " + std::to_string(size) +
                     " rank(s), not the " + std::to_string(announced) + " that " + variable +
-                    " announces: Open MPI did not join the launcher's job. Under srun, use srun "
-                    "--mpi=pmix; outside any launcher, unset the OMPI_*/SLURM_* variables; or "
-                    "start the program under perseusrun");
+                    " announces: MPI did not join the launcher's job. Under srun, use srun "
+                    "--mpi=pmi2 (no MPI needed) or --mpi=pmix; outside any launcher, unset the "
+                    "OMPI_*/SLURM_* variables; or start the program under perseusrun");
   }
 }
 
@@ -253,29 +347,27 @@ JobEnvironment place_of(int rank, const std::vector<HostRecord> &hosts, const St
   return job;
 }
 
-// The one exchange over MPI (see the header for why MPI is finalised at its end).
-MpiBootstrap exchange(Lookup lookup) {
+// The one exchange through the launcher (see the header for why MPI is finalised at its end).
+LauncherBootstrap exchange(Lookup lookup) {
   const std::string launcher = launcher_of(lookup);
-  const MpiLibrary mpi = MpiLibrary::open(library_names(lookup), "started under " + launcher);
-  if (mpi.finalized()) {
-    throw Error(Code::kRendezvous, "started under " + launcher +
-                                       ", but this process has already called MPI_Finalize (" +
-                                       mpi.path() +
-                                       "): libperseus meets the other ranks through MPI, so call "
-                                       "perseus_init before MPI_Finalize");
+  std::unique_ptr<LauncherChannel> channel;
+  if (value_of(lookup, "OMPI_COMM_WORLD_SIZE").empty() && under_pmi2(lookup)) {
+    channel = std::make_unique<Pmi2Channel>(lookup, launcher);
+  } else {
+    // srun without PMI2 (--mpi=none or pmix) leaves MPI to join the step.
+    const bool bare_srun = launcher.rfind("Slurm's srun (", 0) == 0;
+    channel = std::make_unique<MpiChannel>(
+        lookup,
+        bare_srun ? launcher + " without PMI2 (srun --mpi=pmi2 joins without MPI)" : launcher);
   }
-  const bool ours = !mpi.initialized();
-  if (ours) mpi.init_thread();
-  const int rank = mpi.rank();
-  const int size = mpi.size();
+  const int rank = channel->rank();
+  const int size = channel->size();
   check_size(size, lookup, launcher);
-  const std::vector<HostRecord> hosts = gather_hosts(mpi, size);
-  MpiBootstrap joined;
+  const std::vector<HostRecord> hosts = gather_hosts(*channel, size);
+  LauncherBootstrap joined;
   StoreRecord store = rank == 0 ? start_store(lookup, hosts, joined.server) : StoreRecord{};
-  mpi.broadcast(&store, static_cast<int>(sizeof store), 0);
-  // Every rank gets here (no rank throws between its collectives), so the finalise cannot wait
-  // on a rank that left: MPI_Finalize is collective in Open MPI (a fence).
-  if (ours) mpi.finalize();
+  channel->broadcast(&store, static_cast<int>(sizeof store));
+  channel->finish();
   if (*store.error) throw Error(Code::kRendezvous, store.error);
   std::copy(std::begin(store.secret), std::end(store.secret), joined.secret.begin());
   explicit_bzero(store.secret, sizeof store.secret);
@@ -285,15 +377,15 @@ MpiBootstrap exchange(Lookup lookup) {
 
 }  // namespace
 
-bool started_by_mpi(Lookup lookup) {
+bool started_by_other_launcher(Lookup lookup) {
   return value_of(lookup, "PERSEUS_RENDEZVOUS_ADDR").empty() && !launcher_of(lookup).empty();
 }
 
-MpiBootstrap bootstrap_through_mpi(Lookup lookup) {
+LauncherBootstrap bootstrap_through_launcher(Lookup lookup) {
   Cache &c = cache();
   std::lock_guard lock(c.mutex);
   if (!c.joined) c.joined = exchange(lookup);
-  MpiBootstrap result = *c.joined;
+  LauncherBootstrap result = *c.joined;
   read_tuning(lookup, result.job);
   return result;
 }
