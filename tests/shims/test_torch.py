@@ -221,6 +221,47 @@ def test_horovod_api_alone_is_a_job_of_one():
     assert "perseus:" not in proc.stderr, show(proc)
 
 
+def run_as_pods(n, script, *args, timeout=None):
+    """Kubeflow's PyTorchJob: each "pod" is started with only torch's variables (RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no LOCAL_RANK, no launcher). Returns each process's
+    (exit status, stdout, stderr)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([PYTHON, str(RANKS / script), *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, errors="replace",
+                              stdin=subprocess.DEVNULL,
+                              env=alone_env(RANK=str(r), WORLD_SIZE=str(n),
+                                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+             for r in range(n)]
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout or TIMEOUT)
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+@pytest.mark.parametrize("script,label,args", [("api.py", "api", ()), ("ddp.py", "ddp", ("on",))])
+def test_pytorchjob_pods_join_through_torchs_store(script, label, args):
+    # The Horovod API (hvd.init() with no process group) and `import perseus` DDP (after the
+    # script's own init_process_group): both meet through a TCPStore at MASTER_ADDR:MASTER_PORT.
+    results = run_as_pods(4, script, *args)
+    shown = "\n".join("--- rank %d: exit %s\n%s\n%s" % (r, rc, out[-3000:], err[-3000:])
+                      for r, (rc, out, err) in enumerate(results))
+    assert all(rc == 0 for rc, _, _ in results), shown
+    passed = [re.findall(r"^%s: (\d+) checks passed" % label, out, re.M) for _, out, _ in results]
+    assert all(len(p) == 1 for p in passed) and len({p[0] for p in passed}) == 1, shown
+    assert int(passed[0][0]) > 0, shown
+    assert not any("keeps torch" in err for _, _, err in results), shown
+
+
 def test_torchrun_variables_without_perseusrun_are_refused_by_name():
     code = "import perseus.torch as hvd\ntry:\n    hvd.init()\nexcept hvd.PerseusError as e:\n" \
            "    print('error:', e)\n"

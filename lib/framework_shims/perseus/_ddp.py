@@ -112,19 +112,10 @@ def _patch(module):
 
 
 def _init_here():
-    """perseus_init under perseusrun (or mpirun); elsewhere (torchrun,
-    torch.distributed.launch) through torch.distributed's own store, when it is initialised."""
-    import os
-    if os.environ.get(_contract.RENDEZVOUS_ADDR) or os.environ.get("OMPI_COMM_WORLD_SIZE"):
-        return _native.init()
-    import socket
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()):
-        return _native.init()  # fails, saying to start under perseusrun
-    store = dist.distributed_c10d._get_default_store()
-    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    _native.init_through_store(store, dist.get_rank(), dist.get_world_size(),
-                               socket.gethostbyname(master))
+    """perseus_init as perseus._torch_join says: by itself under perseusrun, mpirun or srun,
+    else through torch.distributed's own store (torchrun, PyTorchJob)."""
+    from perseus import _torch_join
+    _torch_join.join()
 
 
 def _initialised():

@@ -372,11 +372,15 @@ def init_through_store(store, rank, size, bind_address):
     global _atexit_registered
     L = lib()
     import socket
+    # The host name, this kernel and network namespace: containers and namespaces of one
+    # machine often share its name, and are hosts of their own (as in launcher_bootstrap.cc).
+    machine = socket.gethostname()
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
-            machine = socket.gethostname() + "/" + f.read().strip()
+            machine += "/" + f.read().strip()
+        machine += "/" + os.readlink("/proc/self/ns/net")
     except OSError:
-        machine = socket.gethostname()
+        pass
     store.set("perseus/machine/%d" % rank, machine.encode())
     machines = [bytes(store.get("perseus/machine/%d" % r)).decode() for r in range(size)]
     hosts = []  # in order of each host's first rank

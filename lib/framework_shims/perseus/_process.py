@@ -4,14 +4,14 @@ from perseus import _native
 from perseus._process_sets import add_process_set
 
 
-def init_job(comm, process_sets, shim):
-    """Horovod's init(comm, process_sets) for the shim named `shim`: joins the job
-    (perseus_init), then adds process_sets (ProcessSets or lists of ranks; the same on every
+def init_job(comm, process_sets, shim, join=None):
+    """Horovod's init(comm, process_sets) for the shim named `shim`: joins the job (`join`, or
+    perseus_init), then adds process_sets (ProcessSets or lists of ranks; the same on every
     rank) in order. Collective; calling it again does nothing. `comm` is not supported."""
     if comm is not None:
         raise NotImplementedError("%s.init(comm=...): MPI communicators are not supported; the "
                                   "job is every rank perseusrun started" % shim)
-    _native.init()
+    (join or _native.init)()
     if process_sets not in (None, "dynamic"):
         for ps in process_sets:
             add_process_set(ps)

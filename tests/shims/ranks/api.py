@@ -21,6 +21,21 @@ def data(r, shape, dtype, salt=0, low=-4, high=5):
     return torch.randint(lo, high, shape, generator=g, dtype=torch.int64).to(dtype)
 
 
+def expected_place(env):
+    """This rank's place as its launcher gave it: perseusrun's PERSEUS_* variables; srun's
+    SLURM_* (the same number of tasks on every node); or torch's RANK and WORLD_SIZE, every
+    process on this one machine (Kubeflow's PyTorchJob as the tests start it)."""
+    keys = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
+    if "PERSEUS_SIZE" in env:
+        return {k: int(env["PERSEUS_" + k]) for k in keys}
+    if "SLURM_PROCID" in env:
+        size, nodes = int(env["SLURM_NTASKS"]), int(env["SLURM_STEP_NUM_NODES"])
+        return dict(zip(keys, (int(env["SLURM_PROCID"]), size, int(env["SLURM_LOCALID"]),
+                               size // nodes, int(env["SLURM_NODEID"]), nodes)))
+    rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
+    return dict(zip(keys, (rank, size, rank, size, 0, 1)))
+
+
 def autograd_of_the_other_ops(check, n, me):
     """Gradients of the grouped operations and of reducescatter, as Horovod defines them."""
     rows = 2 * n
@@ -70,12 +85,12 @@ def main():
     hvd.init()
     check(hvd.is_initialized(), "is_initialized after init")
     n, me = hvd.size(), hvd.rank()
-    env = os.environ
-    check(n == int(env["PERSEUS_SIZE"]) and me == int(env["PERSEUS_RANK"]), "size/rank")
-    check(hvd.local_rank() == int(env["PERSEUS_LOCAL_RANK"]), "local_rank")
-    check(hvd.local_size() == int(env["PERSEUS_LOCAL_SIZE"]), "local_size")
-    check(hvd.cross_rank() == int(env["PERSEUS_CROSS_RANK"]), "cross_rank")
-    check(hvd.cross_size() == int(env["PERSEUS_CROSS_SIZE"]), "cross_size")
+    want = expected_place(os.environ)
+    check(n == want["SIZE"] and me == want["RANK"], "size/rank")
+    check(hvd.local_rank() == want["LOCAL_RANK"], "local_rank")
+    check(hvd.local_size() == want["LOCAL_SIZE"], "local_size")
+    check(hvd.cross_rank() == want["CROSS_RANK"], "cross_rank")
+    check(hvd.cross_size() == want["CROSS_SIZE"], "cross_size")
     check(hvd.gloo_built() and not hvd.mpi_built(), "gloo_built/mpi_built")
     # As Horovod's: NCCL's version code, or 0.
     code = hvd.nccl_built()

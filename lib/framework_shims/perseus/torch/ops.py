@@ -38,8 +38,11 @@ def _back_to(device, result):
 def init(comm=None, process_sets=None):
     """Joins the job (perseus_init), then adds process_sets (ProcessSets or lists of ranks; the
     same on every rank) in order. Collective; calling it again does nothing. `comm` is not
-    supported."""
-    _process.init_job(comm, process_sets, "perseus.torch")
+    supported. Under torchrun or Kubeflow's PyTorchJob (torch's RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT and no other launcher) the ranks meet through torch's store
+    (perseus._torch_join)."""
+    from perseus import _torch_join
+    _process.init_job(comm, process_sets, "perseus.torch", join=_torch_join.join)
 
 
 from perseus._process import (  # noqa: F401 - the shared process API, re-exported
