@@ -925,3 +925,40 @@ def test_rsh_openssh(launcher, hosts):
     assert (m.group(1), m.group(2), m.group(4)) == ("2", c, "9"), str(res)
     assert m.group(3) == launcher.read("pid.2").decode()
     assert_nothing_left(launcher, hosts, res)
+
+
+# ---- Kubeflow's MPIJob: Open MPI's variables name the hosts and the remote shell ---------------
+
+def test_mpijob_default_hostfile_and_rsh_agent(launcher, hosts):
+    """As the MPI operator sets up its launcher pod: a hostfile at the path that
+    OMPI_MCA_orte_default_hostfile names, and OMPI_MCA_plm_rsh_agent naming a program that runs
+    a command on a worker as `PROGRAM HOST COMMAND` (the operator's kubexec.sh runs kubectl
+    exec; this one runs ssh). perseusrun with no host flags uses both, as mpirun would."""
+    a, b, c = hosts.addresses
+    hostfile = launcher.tmp / "hostfile"
+    hostfile.write_text("# written by the operator\n%s slots=2\n%s slots=1\n%s slots=2\n"
+                        % (a, b, c))
+    calls = launcher.tmp / "kubexec.calls"
+    kubexec = launcher.tmp / "kubexec.sh"
+    kubexec.write_text(
+        "#!/bin/sh\n"
+        "host=$1; shift\n"
+        "echo \"$host\" >> '%s'\n"
+        "exec ssh -F /dev/null -o BatchMode=yes -o UserKnownHostsFile='%s' "
+        "-o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes "
+        "-o LogLevel=ERROR -i '%s' root@\"$host\" \"$*\"\n"
+        % (calls, hosts.known_hosts, hosts.client_key))
+    kubexec.chmod(0o755)
+    env = ssh_env(launcher, launcher.tmp, OMPI_MCA_orte_default_hostfile=str(hostfile),
+                  OMPI_MCA_plm_rsh_agent=str(kubexec))
+    res = launcher.run([PY, launcher.prog(ENV_BODY), launcher.marker], env=env)
+    assert res.rc == 0, str(res)
+    check_job(launcher, hosts, [0, 0, 1, 2, 2], res)
+    assert sorted(calls.read_text().split()) == sorted([a, b, c]), str(res)
+    assert_nothing_left(launcher, hosts, res)
+    # A default hostfile that is not there is named with the variable that named it.
+    env["OMPI_MCA_orte_default_hostfile"] = str(launcher.tmp / "no-such-hostfile")
+    res = launcher.run([PY, "-c", "pass"], env=env)
+    assert res.rc == 2, str(res)
+    assert "no-such-hostfile" in res.err and "OMPI_MCA_orte_default_hostfile" in \
+        res.err, str(res)
