@@ -290,7 +290,7 @@ class SlurmCluster:
     __test__ = False
 
     def __init__(self, count, *, cpus=2, sshd=True, ready_timeout=READY_TIMEOUT, tmp_root=None,
-                 extra_conf=()):
+                 extra_conf=(), mpi_default="none"):
         if count < 1 or count > 250:
             raise ValueError("count must be 1..250")
         if cpus < 1:
@@ -298,6 +298,7 @@ class SlurmCluster:
         self.count = count
         self.cpus = cpus
         self.sshd = sshd
+        self.mpi_default = mpi_default  # slurm.conf's MpiDefault: what a plain srun gives tasks
         self.ready_timeout = ready_timeout
         self.tmp_root = tmp_root
         self.extra_conf = list(extra_conf)
@@ -738,7 +739,7 @@ class SlurmCluster:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "SchedulerType=sched/builtin",
-            "MpiDefault=none",
+            "MpiDefault=%s" % self.mpi_default,
             "SwitchType=switch/none",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",

@@ -5,8 +5,9 @@ this machine, one slurmd per network namespace, no sshd on the nodes):
   agent a node through srun: rank places, an all-reduce job over Gloo between the nodes,
   fail-fast with a rank SIGKILLed, scancel of the job, --check over the allocation, and a batch
   script (sbatch) whose perseusrun runs on the first node;
-- `srun --mpi=pmi2 -N 2 -n 4` of a C program, a Horovod-API script and a DDP script with
-  `import perseus`, which join through Slurm's PMI2 without perseusrun or MPI.
+- `srun -N 2 -n 4` (the cluster's MpiDefault is pmi2, as on many clusters; `--mpi=pmi2` for the
+  C program) of a C program, a Horovod-API script and a DDP script with `import perseus`, which
+  join through Slurm's PMI2 without perseusrun or MPI.
 After each test nothing is left running on any node.
 """
 
@@ -44,7 +45,8 @@ SUMMARY_RE = re.compile(
 
 @pytest.fixture(scope="module")
 def cluster():
-    with SlurmCluster(3, cpus=2, sshd=False) as c:
+    # MpiDefault=pmi2, as many clusters set it: a plain `srun -n 4 python` gets PMI2.
+    with SlurmCluster(3, cpus=2, sshd=False, mpi_default="pmi2") as c:
         yield c
 
 
@@ -231,9 +233,10 @@ def test_sbatch_script_runs_perseusrun_on_the_first_node(cluster, tmp_path):
                             ("3", "1", "n2")], out.read_text()
 
 
-def pmi2_srun(cluster, program, *, nodes=2, tasks=4, timeout=TIMEOUT, env=None):
-    # --kill-on-bad-exit: a failing task ends the others (a test failure, not a hang).
-    return cluster.run(["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "-N", str(nodes), "-n",
+def pmi2_srun(cluster, program, *, nodes=2, tasks=4, timeout=TIMEOUT, env=None, mpi=()):
+    # --kill-on-bad-exit: a failing task ends the others (a test failure, not a hang). Without
+    # `mpi`, the cluster's MpiDefault (pmi2) applies, as a user's plain srun gets it.
+    return cluster.run(["srun", *mpi, "--kill-on-bad-exit=1", "-N", str(nodes), "-n",
                         str(tasks), "-O",
                         *program], env=env or env_of(cluster), timeout=timeout)
 
@@ -244,7 +247,7 @@ def test_srun_pmi2_c_program_without_perseusrun_or_mpi(cluster):
     as_rank = 'PERSEUS_RANK=$SLURM_PROCID PERSEUS_SIZE=$SLURM_NTASKS exec "$0"'
     proc = pmi2_srun(cluster, ["/bin/sh", "-c", as_rank, COLLECTIVES],
                      env=env_of(cluster, PERSEUS_MPI_LIBRARY="/nonexistent/libmpi.so"),
-                     timeout=240)
+                     timeout=240, mpi=["--mpi=pmi2"])
     assert proc.returncode == 0, show(proc)
     passed = re.findall(r"^collectives: (\d+) checks passed \(rank (\d) of 4", proc.stdout, re.M)
     assert sorted(r for _, r in passed) == ["0", "1", "2", "3"], show(proc)
