@@ -278,7 +278,7 @@ def _stop_proc(p, timeout=10.0, sig=signal.SIGTERM):
     return p.returncode
 
 
-class SlurmCluster:
+class SlurmCluster(testhosts.SigtermCleanup):
     """A Slurm cluster of `count` nodes (network namespaces), `cpus` CPUs each; a context
     manager. See the module docstring.
 
@@ -871,42 +871,3 @@ class SlurmCluster:
         if errors:
             sys.stderr.write("slurmcluster: clean-up at exit failed:\n  %s\n"
                              % "\n  ".join(errors))
-
-    def _install_sigterm(self):
-        try:
-            prev = signal.getsignal(signal.SIGTERM)
-            if prev == signal.SIG_IGN:
-                return
-            if prev is None:
-                prev = signal.SIG_DFL
-            signal.signal(signal.SIGTERM, self._on_sigterm)
-        except ValueError:  # not the main thread
-            return
-        self._prev_sigterm = prev
-        self._sigterm_installed = True
-
-    def _restore_sigterm(self):
-        if not self._sigterm_installed:
-            return
-        try:
-            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-                signal.signal(signal.SIGTERM, self._prev_sigterm)
-                self._sigterm_installed = False
-        except ValueError:
-            pass
-
-    def _on_sigterm(self, signum, frame):
-        if self._closing:
-            self._pending_sigterm = (signum, frame)
-            return
-        self._atexit()
-        self._forward_sigterm(signum, frame)
-
-    def _forward_sigterm(self, signum, frame):
-        self._pending_sigterm = None
-        prev = self._prev_sigterm
-        if callable(prev):
-            prev(signum, frame)
-            return
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)

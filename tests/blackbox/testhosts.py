@@ -165,7 +165,58 @@ def _kill_all_in_netns(ns_name, timeout=10.0):
         time.sleep(0.02)
 
 
-class TestHosts:
+class SigtermCleanup:
+    """Clean-up on SIGTERM for an object that owns resources (TestHosts, SlurmCluster): its
+    handler runs the object's _atexit() (its close()), then forwards the signal to the handler
+    before it, or dies of it. The object sets _prev_sigterm = None, _sigterm_installed = False,
+    _closing = False and _pending_sigterm = None, calls _install_sigterm() when it starts and
+    _restore_sigterm() when it closes; a SIGTERM during close() waits in _pending_sigterm for
+    close() to _forward_sigterm() it."""
+
+    def _install_sigterm(self):
+        try:
+            prev = signal.getsignal(signal.SIGTERM)
+            if prev == signal.SIG_IGN:
+                return  # whoever ignores SIGTERM does not want to die of it
+            if prev is None:  # a handler not installed from Python: the best we can restore
+                prev = signal.SIG_DFL
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:  # not the main thread
+            return
+        self._prev_sigterm = prev
+        self._sigterm_installed = True
+
+    def _restore_sigterm(self):
+        if not self._sigterm_installed:
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, self._prev_sigterm)
+                self._sigterm_installed = False
+        except ValueError:
+            pass
+        # Otherwise someone installed a handler after ours; ours stays in their chain and only
+        # forwards to the previous handler from now on.
+
+    def _on_sigterm(self, signum, frame):
+        if self._closing:
+            self._pending_sigterm = (signum, frame)
+            return
+        self._atexit()
+        self._forward_sigterm(signum, frame)
+
+    def _forward_sigterm(self, signum, frame):
+        self._pending_sigterm = None
+        prev = self._prev_sigterm
+        if callable(prev):
+            prev(signum, frame)
+            return
+        # SIG_DFL (or None: set outside Python): die of the signal as we would have.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class TestHosts(SigtermCleanup):
     """`count` SSH hosts in network namespaces; a context manager. See the module docstring.
 
     Attributes (valid once entered): addresses, bridge_address, network, prefix, namespaces,
@@ -723,45 +774,3 @@ class TestHosts:
         errors = self.close()
         if errors:
             sys.stderr.write("testhosts: clean-up at exit failed:\n  %s\n" % "\n  ".join(errors))
-
-    def _install_sigterm(self):
-        try:
-            prev = signal.getsignal(signal.SIGTERM)
-            if prev == signal.SIG_IGN:
-                return  # whoever ignores SIGTERM does not want to die of it
-            if prev is None:  # a handler not installed from Python: the best we can restore
-                prev = signal.SIG_DFL
-            signal.signal(signal.SIGTERM, self._on_sigterm)
-        except ValueError:  # not the main thread
-            return
-        self._prev_sigterm = prev
-        self._sigterm_installed = True
-
-    def _restore_sigterm(self):
-        if not self._sigterm_installed:
-            return
-        try:
-            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-                signal.signal(signal.SIGTERM, self._prev_sigterm)
-                self._sigterm_installed = False
-        except ValueError:
-            pass
-        # Otherwise someone installed a handler after ours; ours stays in their chain and only
-        # forwards to the previous handler from now on.
-
-    def _on_sigterm(self, signum, frame):
-        if self._closing:
-            self._pending_sigterm = (signum, frame)
-            return
-        self._atexit()
-        self._forward_sigterm(signum, frame)
-
-    def _forward_sigterm(self, signum, frame):
-        self._pending_sigterm = None
-        prev = self._prev_sigterm
-        if callable(prev):
-            prev(signum, frame)
-            return
-        # SIG_DFL (or None: set outside Python): die of the signal as we would have.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
