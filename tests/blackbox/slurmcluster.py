@@ -160,10 +160,7 @@ SlurmClusterError.__test__ = False
 
 
 def _unavailable(msg):
-    msg = "slurm cluster unavailable: " + msg
-    if pytest is not None:
-        pytest.skip(msg)
-    raise SlurmClusterUnavailable(msg)
+    testhosts.skip_or_raise("slurm cluster unavailable: " + msg, SlurmClusterUnavailable)
 
 
 def _which(name):
@@ -208,12 +205,7 @@ def unavailable_reason():
 
 
 def _run(args, check=True, **kw):
-    kw.setdefault("timeout", 30)
-    p = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, **kw)
-    if check and p.returncode != 0:
-        raise SlurmClusterError("command %r failed with exit status %d: %s"
-                                % (args, p.returncode, (p.stderr or p.stdout).strip()))
-    return p
+    return testhosts.run_command(args, check, SlurmClusterError, **kw)
 
 
 def _free_port(exclude=()):
@@ -278,7 +270,7 @@ def _stop_proc(p, timeout=10.0, sig=signal.SIGTERM):
     return p.returncode
 
 
-class SlurmCluster(testhosts.SigtermCleanup):
+class SlurmCluster(testhosts.UndoOnExit):
     """A Slurm cluster of `count` nodes (network namespaces), `cpus` CPUs each; a context
     manager. See the module docstring.
 
@@ -564,30 +556,7 @@ class SlurmCluster(testhosts.SigtermCleanup):
                                         % (timeout, states, self.log_tails()))
             time.sleep(0.1)
 
-    # ---- close -------------------------------------------------------------------------------
-    def close(self):
-        """Undoes everything created, in reverse order; returns a list of error messages."""
-        errors = []
-        if self._closed:
-            return errors
-        self._closed = True
-        self._closing = True
-        while self._undo:
-            what, fn = self._undo.pop()
-            try:
-                fn()
-            except Exception as e:  # keep going: undo everything that can be undone
-                errors.append("%s: %s" % (what, e))
-        if self._entered:
-            try:
-                atexit.unregister(self._atexit)
-            except Exception:
-                pass
-            self._restore_sigterm()
-        self._closing = False
-        if self._pending_sigterm is not None:
-            self._forward_sigterm(*self._pending_sigterm)
-        return errors
+    # ---- close: UndoOnExit.close() undoes self._undo ------------------------------------------
 
     # ---- set-up ------------------------------------------------------------------------------
     def _record(self, what, fn):

@@ -71,11 +71,16 @@ TestHostsUnavailable.__test__ = False
 TestHostsError.__test__ = False
 
 
-def _unavailable(msg):
-    msg = "test hosts unavailable: " + msg
+def skip_or_raise(msg, error):
+    """pytest.skip(msg) under pytest, else raises error(msg): what a fixture of real machinery
+    (these hosts, slurmcluster.py's cluster) does when this machine cannot provide it."""
     if pytest is not None:
         pytest.skip(msg)
-    raise TestHostsUnavailable(msg)
+    raise error(msg)
+
+
+def _unavailable(msg):
+    skip_or_raise("test hosts unavailable: " + msg, TestHostsUnavailable)
 
 
 def unavailable_reason():
@@ -94,13 +99,18 @@ def unavailable_reason():
     return None
 
 
-def _run(args, check=True, **kw):
+def run_command(args, check=True, error=None, **kw):
+    """Runs args (no stdin, text output captured, 30 s unless told); a failure with check
+    raises `error` (TestHostsError) naming the command, its status and its output."""
     kw.setdefault("timeout", 30)
     p = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, **kw)
     if check and p.returncode != 0:
-        raise TestHostsError("command %r failed with exit status %d: %s"
-                             % (args, p.returncode, (p.stderr or p.stdout).strip()))
+        raise (error or TestHostsError)("command %r failed with exit status %d: %s"
+                                        % (args, p.returncode, (p.stderr or p.stdout).strip()))
     return p
+
+
+_run = run_command
 
 
 def _ip_json(*args):
@@ -165,13 +175,40 @@ def _kill_all_in_netns(ns_name, timeout=10.0):
         time.sleep(0.02)
 
 
-class SigtermCleanup:
-    """Clean-up on SIGTERM for an object that owns resources (TestHosts, SlurmCluster): its
-    handler runs the object's _atexit() (its close()), then forwards the signal to the handler
-    before it, or dies of it. The object sets _prev_sigterm = None, _sigterm_installed = False,
-    _closing = False and _pending_sigterm = None, calls _install_sigterm() when it starts and
-    _restore_sigterm() when it closes; a SIGTERM during close() waits in _pending_sigterm for
-    close() to _forward_sigterm() it."""
+class UndoOnExit:
+    """What an object that owns resources (TestHosts, SlurmCluster) needs to give them all back:
+    close() undoes its _undo list ([(description, callable)], recorded as things are created) in
+    reverse order, also at interpreter exit (the object's _atexit(), registered when it starts)
+    and on SIGTERM, whose handler runs _atexit() and then forwards the signal to the handler
+    before it, or dies of it; a SIGTERM during close() waits for close() to finish. The object
+    sets _undo = [], _entered, _closed, _closing = False, _prev_sigterm = None,
+    _sigterm_installed = False and _pending_sigterm = None, and calls _install_sigterm() when it
+    starts."""
+
+    def close(self):
+        """Undoes everything created, in reverse order; returns a list of error messages."""
+        errors = []
+        if self._closed:
+            return errors
+        self._closed = True
+        self._closing = True
+        while self._undo:
+            what, fn = self._undo.pop()
+            try:
+                fn()
+            except Exception as e:  # keep going: undo everything that can be undone
+                errors.append("%s: %s" % (what, e))
+        if self._entered:
+            try:
+                atexit.unregister(self._atexit)
+            except Exception:
+                pass
+            self._restore_sigterm()
+        self._closing = False
+        if self._pending_sigterm is not None:
+            # SIGTERM came while cleaning up: finish first, then act on it.
+            self._forward_sigterm(*self._pending_sigterm)
+        return errors
 
     def _install_sigterm(self):
         try:
@@ -216,7 +253,7 @@ class SigtermCleanup:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-class TestHosts(SigtermCleanup):
+class TestHosts(UndoOnExit):
     """`count` SSH hosts in network namespaces; a context manager. See the module docstring.
 
     Attributes (valid once entered): addresses, bridge_address, network, prefix, namespaces,
@@ -424,31 +461,6 @@ class TestHosts(SigtermCleanup):
                 os.unlink(path)
         self._keygen(key, "testhost%d-%s-new" % (i, self.prefix))
         self.start_host(i)
-
-    def close(self):
-        """Undoes everything created, in reverse order; returns a list of error messages."""
-        errors = []
-        if self._closed:
-            return errors
-        self._closed = True
-        self._closing = True
-        while self._undo:
-            what, fn = self._undo.pop()
-            try:
-                fn()
-            except Exception as e:  # keep going: undo everything that can be undone
-                errors.append("%s: %s" % (what, e))
-        if self._entered:
-            try:
-                atexit.unregister(self._atexit)
-            except Exception:
-                pass
-            self._restore_sigterm()
-        self._closing = False
-        if self._pending_sigterm is not None:
-            # SIGTERM came while cleaning up: finish first, then act on it.
-            self._forward_sigterm(*self._pending_sigterm)
-        return errors
 
     # ---- prerequisites -----------------------------------------------------------------------
     @staticmethod
