@@ -316,3 +316,12 @@ def test_srun_without_pmi_says_how_to_start_it(cluster):
                        timeout=120)
     assert proc.returncode != 0, show(proc)
     assert "srun --mpi=pmi2" in proc.stderr, show(proc)
+
+
+def test_srun_missing_is_named(cluster):
+    # An allocation's hosts, but no srun on perseusrun's PATH (Slurm's client not installed on
+    # the host perseusrun runs on): the error names srun, nothing starts anywhere.
+    proc = cluster.run(["salloc", "-N", "2", "/usr/bin/env", "PATH=/nonexistent", PERSEUSRUN,
+                        "/bin/true"], env=env_of(cluster), timeout=60)
+    assert proc.returncode == 1, show(proc)
+    assert "'srun' exited with code 126: it could not be run here" in proc.stderr, show(proc)

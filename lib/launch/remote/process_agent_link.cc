@@ -11,11 +11,13 @@ namespace {
 
 class ProcessAgentLink : public AgentLink {
  public:
-  ProcessAgentLink(pid_t pid, FrameChannel channel, std::string host, std::string peer_address)
+  ProcessAgentLink(pid_t pid, FrameChannel channel, std::string host, std::string peer_address,
+                   std::string program)
       : pid_(pid),
         channel_(std::move(channel)),
         host_(std::move(host)),
-        peer_address_(std::move(peer_address)) {}
+        peer_address_(std::move(peer_address)),
+        program_(std::move(program)) {}
   ~ProcessAgentLink() override {
     if (pid_ > 0) {
       kill();
@@ -26,12 +28,29 @@ class ProcessAgentLink : public AgentLink {
   FrameChannel &channel() override { return channel_; }
   const std::string &host() const override { return host_; }
   std::string peer_address() const override { return peer_address_; }
+  // How the child ended, once reaped: an ssh, srun or remote-shell program that could not
+  // reach the host exits non-zero (its own message is already on perseusrun's stderr).
+  std::string failure() const override {
+    if (!reaped_ || (WIFEXITED(status_) && WEXITSTATUS(status_) == 0)) return "";
+    const std::string how = WIFEXITED(status_)
+                                ? "exited with code " + std::to_string(WEXITSTATUS(status_))
+                                : "was killed by signal " + std::to_string(WTERMSIG(status_));
+    if (WIFEXITED(status_) && WEXITSTATUS(status_) == kExitCannotExecute) {
+      return "the agent on " + host_ + " could not be started: '" + program_ +
+             "' exited with code 126: it could not be run here (not installed, or not on "
+             "PATH), or what it ran on the host could not be";
+    }
+    return "the agent on " + host_ + " ended: '" + program_ + "' " + how +
+           " (its own message, if any, is above)";
+  }
   void kill() override {
     if (pid_ > 0) ::kill(pid_, SIGKILL);
   }
   void reap(int timeout_ms) override {
     for (int waited = 0; pid_ > 0; waited += 10) {
-      if (waitpid(pid_, nullptr, WNOHANG) != 0) {
+      const pid_t done = waitpid(pid_, &status_, WNOHANG);
+      if (done != 0) {
+        reaped_ = done == pid_;
         pid_ = -1;
       } else if (waited >= timeout_ms) {
         return;
@@ -46,6 +65,9 @@ class ProcessAgentLink : public AgentLink {
   FrameChannel channel_;
   std::string host_;
   std::string peer_address_;
+  std::string program_;
+  int status_ = 0;
+  bool reaped_ = false;
 };
 
 }  // namespace
@@ -77,7 +99,7 @@ std::unique_ptr<AgentLink> start_process_agent(const std::vector<std::string> &a
       pid,
       FrameChannel(std::move(from_agent.read_end), std::move(to_agent.write_end),
                    "agent on " + host),
-      host, peer_address);
+      host, peer_address, argv.empty() ? "" : argv[0]);
 }
 
 }  // namespace perseus::launch
