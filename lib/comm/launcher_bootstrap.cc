@@ -111,6 +111,12 @@ std::vector<std::string> library_names(Lookup lookup) {
   return {"libmpi.so.40", "libmpi.so"};
 }
 
+std::vector<std::string> pmix_library_names(Lookup lookup) {
+  const std::string chosen = value_of(lookup, "PERSEUS_PMIX_LIBRARY");
+  if (!chosen.empty()) return {chosen};
+  return {"libpmix.so.2", "libpmix.so"};
+}
+
 std::vector<std::string> pmi2_library_names(Lookup lookup) {
   const std::string chosen = value_of(lookup, "PERSEUS_PMI2_LIBRARY");
   if (!chosen.empty()) return {chosen};
@@ -161,17 +167,19 @@ class MpiChannel : public LauncherChannel {
   bool ours_ = false;
 };
 
-// The step's PMI2 key-value space: a put and a fence make each collective.
-class Pmi2Channel : public LauncherChannel {
+// The process manager's key-value space (PMI2's or PMIx's): a put and a fence make each
+// collective.
+template <typename Library>
+class PmiChannel : public LauncherChannel {
  public:
-  Pmi2Channel(Lookup lookup, const std::string &launcher)
-      : pmi_(Pmi2Library::open(pmi2_library_names(lookup), "started under " + launcher)) {
+  PmiChannel(std::vector<std::string> names, const std::string &launcher)
+      : pmi_(Library::open(names, "started under " + launcher)) {
     pmi_.init();
   }
   int rank() const override { return pmi_.rank(); }
   int size() const override { return pmi_.size(); }
   void allgather(const void *in, void *out, int bytes) override {
-    // One key space for the whole step: each rank's value under a key of its own.
+    // One key space for the whole job: each rank's value under a key of its own.
     const std::string key = "perseus-gather-" + std::to_string(round_++) + "-";
     pmi_.put_bytes(key + std::to_string(rank()), in, static_cast<size_t>(bytes));
     pmi_.fence();
@@ -191,7 +199,7 @@ class Pmi2Channel : public LauncherChannel {
   void finish() override { pmi_.finalize(); }
 
  private:
-  Pmi2Library pmi_;
+  Library pmi_;
   int round_ = 0;
 };
 
@@ -351,8 +359,12 @@ JobEnvironment place_of(int rank, const std::vector<HostRecord> &hosts, const St
 LauncherBootstrap exchange(Lookup lookup) {
   const std::string launcher = launcher_of(lookup);
   std::unique_ptr<LauncherChannel> channel;
-  if (value_of(lookup, "OMPI_COMM_WORLD_SIZE").empty() && under_pmi2(lookup)) {
-    channel = std::make_unique<Pmi2Channel>(lookup, launcher);
+  const bool mpirun = !value_of(lookup, "OMPI_COMM_WORLD_SIZE").empty();
+  if (!mpirun && under_pmi2(lookup)) {
+    channel = std::make_unique<PmiChannel<Pmi2Library>>(pmi2_library_names(lookup), launcher);
+  } else if (!mpirun && !value_of(lookup, "PMIX_RANK").empty() &&
+             value_of(lookup, "PERSEUS_PMIX") != "0") {
+    channel = std::make_unique<PmiChannel<PmixLibrary>>(pmix_library_names(lookup), launcher);
   } else {
     // srun without PMI2 (--mpi=none or pmix) leaves MPI to join the step.
     const bool bare_srun = launcher.rfind("Slurm's srun (", 0) == 0;

@@ -2,9 +2,9 @@
 // Joining a job that Open MPI's mpirun or Slurm's srun started, without perseusrun: the
 // launcher's process manager stands in for perseusrun. It offers two collectives (an allgather
 // and a broadcast from rank 0): MPI's (MPI_Allgather, MPI_Bcast over MPI_COMM_WORLD) under
-// mpirun and srun --mpi=pmix, or the step's PMI2 key-value space under srun --mpi=pmi2
-// (pmi_library.h: a put and a fence each), which needs no MPI at all. Rank 0 starts the job's
-// rendezvous store (lib/rendezvous) and broadcasts its address, port and a fresh 256-bit
+// mpirun, or the job step's key-value space under srun --mpi=pmi2 (PMI2) and srun --mpi=pmix
+// (PMIx) (pmi_library.h: a put and a fence each), which needs no MPI at all. Rank 0 starts the
+// job's rendezvous store (lib/rendezvous) and broadcasts its address, port and a fresh 256-bit
 // secret, which so never appears in the environment, on a command line or in a log; every
 // rank's place (rank, size, local and cross) comes from the process manager and from every
 // rank's host name and machine, gathered from all. From there on the job runs as under
@@ -46,15 +46,16 @@ struct LauncherBootstrap {
 // (SLURM_PROCID with SLURM_NTASKS).
 bool started_by_other_launcher(Lookup lookup);
 
-// Collective over the launcher's job the first time in a process (through PMI2 under srun
-// --mpi=pmi2 outside mpirun, else MPI); later calls (perseus_init after perseus_finalize) return
-// the same place, store and secret without either, with the tuning variables read again.
-// PERSEUS_MPI_LIBRARY names the library to load instead of libmpi.so.40 and libmpi.so,
-// PERSEUS_PMI2_LIBRARY instead of libpmi2.so.0 and libpmi2.so; PERSEUS_MPI_BOOTSTRAP_ADDR the
-// address rank 0's store binds when the ranks span several hosts (default: the IPv4 address rank
-// 0's host name resolves to, else its first non-loopback interface's; 127.0.0.1 when every rank is
-// on one host). Throws Error(kRendezvous) naming what failed and what to do,
-// Error(kInvalidArgument) for a malformed tuning variable.
+// Collective over the launcher's job the first time in a process (outside mpirun: through PMI2
+// when PMI_FD is set, through PMIx when PMIX_RANK is, unless PERSEUS_PMIX=0; else MPI); later
+// calls (perseus_init after perseus_finalize) return the same place, store and secret without
+// either, with the tuning variables read again. PERSEUS_MPI_LIBRARY names the library to load
+// instead of libmpi.so.40 and libmpi.so, PERSEUS_PMI2_LIBRARY instead of libpmi2.so.0 and
+// libpmi2.so, PERSEUS_PMIX_LIBRARY instead of libpmix.so.2 and libpmix.so;
+// PERSEUS_MPI_BOOTSTRAP_ADDR the address rank 0's store binds when the ranks span several hosts
+// (default: the IPv4 address rank 0's host name resolves to, else its first non-loopback
+// interface's; 127.0.0.1 when every rank is on one host). Throws Error(kRendezvous) naming what
+// failed and what to do, Error(kInvalidArgument) for a malformed tuning variable.
 LauncherBootstrap bootstrap_through_launcher(Lookup lookup);
 
 }  // namespace perseus::comm

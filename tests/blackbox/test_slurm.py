@@ -7,7 +7,8 @@ this machine, one slurmd per network namespace, no sshd on the nodes):
   script (sbatch) whose perseusrun runs on the first node;
 - `srun -N 2 -n 4` (the cluster's MpiDefault is pmi2, as on many clusters; `--mpi=pmi2` for the
   C program) of a C program, a Horovod-API script and a DDP script with `import perseus`, which
-  join through Slurm's PMI2 without perseusrun or MPI.
+  join through Slurm's PMI2 without perseusrun or MPI; and `srun --mpi=pmix` of the C program,
+  through PMIx without MPI.
 After each test nothing is left running on any node.
 """
 
@@ -248,6 +249,18 @@ def test_srun_pmi2_c_program_without_perseusrun_or_mpi(cluster):
     proc = pmi2_srun(cluster, ["/bin/sh", "-c", as_rank, COLLECTIVES],
                      env=env_of(cluster, PERSEUS_MPI_LIBRARY="/nonexistent/libmpi.so"),
                      timeout=240, mpi=["--mpi=pmi2"])
+    assert proc.returncode == 0, show(proc)
+    passed = re.findall(r"^collectives: (\d+) checks passed \(rank (\d) of 4", proc.stdout, re.M)
+    assert sorted(r for _, r in passed) == ["0", "1", "2", "3"], show(proc)
+
+
+def test_srun_pmix_c_program_without_mpi(cluster):
+    # srun --mpi=pmix: libperseus talks to Slurm's PMIx server itself (libpmix.so.2), not
+    # through Open MPI (made unloadable here).
+    as_rank = 'PERSEUS_RANK=$SLURM_PROCID PERSEUS_SIZE=$SLURM_NTASKS exec "$0"'
+    proc = pmi2_srun(cluster, ["/bin/sh", "-c", as_rank, COLLECTIVES],
+                     env=env_of(cluster, PERSEUS_MPI_LIBRARY="/nonexistent/libmpi.so"),
+                     timeout=240, mpi=["--mpi=pmix"])
     assert proc.returncode == 0, show(proc)
     passed = re.findall(r"^collectives: (\d+) checks passed \(rank (\d) of 4", proc.stdout, re.M)
     assert sorted(r for _, r in passed) == ["0", "1", "2", "3"], show(proc)
