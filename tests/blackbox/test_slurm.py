@@ -208,6 +208,10 @@ def test_scancel_ends_the_job_and_leaves_nothing(cluster, tmp_path):
     while marker_processes(marker) and time.monotonic() < end:
         time.sleep(0.1)
     assert marker_processes(marker) == [], err  # perseusrun itself too
+    # The job leaves the queue once slurmctld has heard every node's epilog (COMPLETING first).
+    end = time.monotonic() + 20
+    while cluster.jobs() and time.monotonic() < end:
+        time.sleep(0.2)
     assert cluster.jobs() == []
 
 
