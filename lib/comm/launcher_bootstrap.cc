@@ -26,8 +26,8 @@ namespace perseus::comm {
 
 namespace {
 
-// What every rank tells the others (MPI_Allgather, as bytes): its host name and its machine
-// (kernel boot id and network namespace). Ranks sharing both are on one host (the places);
+// What every rank tells the others (the channel's allgather, as bytes): its host name and its
+// machine (kernel boot id and network namespace). Ranks sharing both are on one host (the places);
 // sharing the machine, loopback reaches rank 0. Host names alone are not enough: containers
 // and network namespaces of one machine often share its name, and are hosts of their own.
 struct HostRecord {
@@ -35,7 +35,7 @@ struct HostRecord {
   char machine[128];
 };
 
-// What rank 0 tells the others (MPI_Bcast, as bytes): its store, or why it has none.
+// What rank 0 tells the others (the channel's broadcast, as bytes): its store, or why it has none.
 struct StoreRecord {
   char address[64];
   int32_t port;
@@ -65,29 +65,34 @@ std::string named(const char *name, const std::string &value) {
   return std::string(name) + "=" + value;
 }
 
-// srun --mpi=pmi2 gives each task the socket of its step's PMI2 server.
-bool under_pmi2(Lookup lookup) {
-  return !value_of(lookup, "PMI_FD").empty() && !value_of(lookup, "PMI_RANK").empty();
-}
+// The launcher that started this process, as its variables say, and how the bootstrap meets the
+// other ranks under it.
+enum class Launcher { kNone, kMpirun, kPmi2, kPmix, kSrun };
 
-// How an MPI launcher announced itself ("mpirun (OMPI_COMM_WORLD_SIZE=2)"), or "" when none did.
-std::string launcher_of(Lookup lookup) {
+struct LauncherFound {
+  Launcher kind = Launcher::kNone;
+  std::string description;  // "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE=2)", for messages
+};
+
+LauncherFound launcher_of(Lookup lookup) {
   if (const auto size = value_of(lookup, "OMPI_COMM_WORLD_SIZE"); !size.empty()) {
-    return "Open MPI's mpirun (" + named("OMPI_COMM_WORLD_SIZE", size) + ")";
+    return {Launcher::kMpirun, "Open MPI's mpirun (" + named("OMPI_COMM_WORLD_SIZE", size) + ")"};
   }
-  if (under_pmi2(lookup)) {
-    return "Slurm's srun with PMI2 (" + named("PMI_RANK", value_of(lookup, "PMI_RANK")) + ")";
+  // srun --mpi=pmi2 gives each task the socket of its step's PMI2 server.
+  if (const auto rank = value_of(lookup, "PMI_RANK");
+      !rank.empty() && !value_of(lookup, "PMI_FD").empty()) {
+    return {Launcher::kPmi2, "Slurm's srun with PMI2 (" + named("PMI_RANK", rank) + ")"};
   }
   if (const auto rank = value_of(lookup, "PMIX_RANK"); !rank.empty()) {
-    return "a PMIx launcher (" + named("PMIX_RANK", rank) + ")";
+    return {Launcher::kPmix, "a PMIx launcher (" + named("PMIX_RANK", rank) + ")"};
   }
   const auto proc = value_of(lookup, "SLURM_PROCID");
   const auto tasks = value_of(lookup, "SLURM_NTASKS");
   if (!proc.empty() && !tasks.empty()) {
-    return "Slurm's srun (" + named("SLURM_PROCID", proc) + ", " + named("SLURM_NTASKS", tasks) +
-           ")";
+    return {Launcher::kSrun, "Slurm's srun (" + named("SLURM_PROCID", proc) + ", " +
+                                 named("SLURM_NTASKS", tasks) + ")"};
   }
-  return "";
+  return {};
 }
 
 // The number of ranks the launcher announced and the variable that says so ("SLURM_NTASKS=4"),
@@ -105,22 +110,12 @@ int announced_size(Lookup lookup, std::string &variable) {
   return 0;
 }
 
-std::vector<std::string> library_names(Lookup lookup) {
-  const std::string chosen = value_of(lookup, "PERSEUS_MPI_LIBRARY");
+// The client library to load: the one `variable` names, else `defaults` in order.
+std::vector<std::string> library_names(Lookup lookup, const char *variable,
+                                       std::vector<std::string> defaults) {
+  const std::string chosen = value_of(lookup, variable);
   if (!chosen.empty()) return {chosen};
-  return {"libmpi.so.40", "libmpi.so"};
-}
-
-std::vector<std::string> pmix_library_names(Lookup lookup) {
-  const std::string chosen = value_of(lookup, "PERSEUS_PMIX_LIBRARY");
-  if (!chosen.empty()) return {chosen};
-  return {"libpmix.so.2", "libpmix.so"};
-}
-
-std::vector<std::string> pmi2_library_names(Lookup lookup) {
-  const std::string chosen = value_of(lookup, "PERSEUS_PMI2_LIBRARY");
-  if (!chosen.empty()) return {chosen};
-  return {"libpmi2.so.0", "libpmi2.so"};
+  return defaults;
 }
 
 // The two collectives the bootstrap needs from the launcher's process manager, over every rank.
@@ -141,7 +136,9 @@ class LauncherChannel {
 class MpiChannel : public LauncherChannel {
  public:
   MpiChannel(Lookup lookup, const std::string &launcher)
-      : mpi_(MpiLibrary::open(library_names(lookup), "started under " + launcher)) {
+      : mpi_(MpiLibrary::open(
+            library_names(lookup, "PERSEUS_MPI_LIBRARY", {"libmpi.so.40", "libmpi.so"}),
+            "started under " + launcher)) {
     if (mpi_.finalized()) {
       throw Error(Code::kRendezvous, "started under " + launcher +
                                          ", but this process has already called MPI_Finalize (" +
@@ -357,20 +354,21 @@ JobEnvironment place_of(int rank, const std::vector<HostRecord> &hosts, const St
 
 // The one exchange through the launcher (see the header for why MPI is finalised at its end).
 LauncherBootstrap exchange(Lookup lookup) {
-  const std::string launcher = launcher_of(lookup);
+  const LauncherFound found = launcher_of(lookup);
+  const std::string &launcher = found.description;
   std::unique_ptr<LauncherChannel> channel;
-  const bool mpirun = !value_of(lookup, "OMPI_COMM_WORLD_SIZE").empty();
-  if (!mpirun && under_pmi2(lookup)) {
-    channel = std::make_unique<PmiChannel<Pmi2Library>>(pmi2_library_names(lookup), launcher);
-  } else if (!mpirun && !value_of(lookup, "PMIX_RANK").empty() &&
-             value_of(lookup, "PERSEUS_PMIX") != "0") {
-    channel = std::make_unique<PmiChannel<PmixLibrary>>(pmix_library_names(lookup), launcher);
+  if (found.kind == Launcher::kPmi2) {
+    channel = std::make_unique<PmiChannel<Pmi2Library>>(
+        library_names(lookup, "PERSEUS_PMI2_LIBRARY", {"libpmi2.so.0", "libpmi2.so"}), launcher);
+  } else if (found.kind == Launcher::kPmix && value_of(lookup, "PERSEUS_PMIX") != "0") {
+    channel = std::make_unique<PmiChannel<PmixLibrary>>(
+        library_names(lookup, "PERSEUS_PMIX_LIBRARY", {"libpmix.so.2", "libpmix.so"}), launcher);
   } else {
-    // srun without PMI2 (--mpi=none or pmix) leaves MPI to join the step.
-    const bool bare_srun = launcher.rfind("Slurm's srun (", 0) == 0;
+    // srun without a process manager (--mpi=none) leaves MPI to join the step.
     channel = std::make_unique<MpiChannel>(
-        lookup,
-        bare_srun ? launcher + " without PMI2 (srun --mpi=pmi2 joins without MPI)" : launcher);
+        lookup, found.kind == Launcher::kSrun
+                    ? launcher + " without PMI2 (srun --mpi=pmi2 joins without MPI)"
+                    : launcher);
   }
   const int rank = channel->rank();
   const int size = channel->size();
@@ -390,7 +388,8 @@ LauncherBootstrap exchange(Lookup lookup) {
 }  // namespace
 
 bool started_by_other_launcher(Lookup lookup) {
-  return value_of(lookup, "PERSEUS_RENDEZVOUS_ADDR").empty() && !launcher_of(lookup).empty();
+  return value_of(lookup, "PERSEUS_RENDEZVOUS_ADDR").empty() &&
+         launcher_of(lookup).kind != Launcher::kNone;
 }
 
 LauncherBootstrap bootstrap_through_launcher(Lookup lookup) {

@@ -133,7 +133,7 @@ std::vector<HostSpec> host_mentions(const LaunchConfig &config) {
   }
   if (!config.hostfile.empty()) mentions = read_hostfile(config.hostfile);
   const ClusterEnvironment &cluster = config.cluster;
-  if (mentions.empty() && config.host_lists.empty() && config.hostfile.empty()) {
+  if (config.host_lists.empty() && config.hostfile.empty()) {
     if (!cluster.slurm_nodelist.empty()) {
       if (cluster.slurm_tasks_per_node.empty()) {
         throw InputError("Slurm job " + cluster.slurm_job_id +
