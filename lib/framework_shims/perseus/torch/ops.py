@@ -152,6 +152,19 @@ def _scale_(tensor, factor):
     return tensor
 
 
+def _device_average_(tensor, members):
+    """tensor /= members in place, after a Sum on a GPU: torch's own mean of the ranks' values,
+    rounded once in the tensor's dtype (integers toward zero). NCCL's ncclAvg divides each
+    rank's value before summing them, so ranks' values that cancel give a tiny non-zero
+    instead of 0 and other sums are off by a unit in the last place (seen with 3 ranks on an
+    H100); Horovod, too, sums on a GPU and scales the sum after."""
+    if tensor.is_floating_point():
+        tensor.div_(members)
+    else:
+        tensor.div_(members, rounding_mode="trunc")
+    return tensor
+
+
 def _device_scales(send, op, pre, post, members):
     """(op for libperseus, whether torch scales, the postscale). As Horovod does, an Average
     with scale factors is a Sum whose postscale is divided by the number of ranks: one
@@ -180,8 +193,13 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     pre, post = float(prescale_factor), float(postscale_factor)
     # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
     device_scale = False
+    average_on = 0  # a GPU Average: libperseus sums, torch divides by this many ranks after
     if pre != 1.0 or post != 1.0:
         op, device_scale, post = _device_scales(send, op, pre, post, _members(set_id))
+    elif op == Average and send.is_cuda:
+        average_on = _members(set_id)
+        if average_on > 1:
+            op = Sum
     if device_scale:
         if pre != 1.0:
             send = _scale_(send, pre) if output is tensor else _scale_(send.clone(), pre)
@@ -194,12 +212,14 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
                                       device, stream, what=what,
                                       keep=send if output is send else (send, output),
                                       process_set=set_id, shape=send.shape)
-    if not check and not (device_scale and post != 1.0):
+    if not check and not (device_scale and post != 1.0) and average_on <= 1:
         return Handle([request], None, output)
 
     def finish():
         if device_scale and post != 1.0:
             _scale_(output, post)
+        if average_on > 1:
+            _device_average_(output, average_on)
         if check and not _grad.finite(output):
             raise _grad.nonfinite_error(label or (
                 "tensor '%s'" % name if name else "unnamed tensor"), output, input_nonfinite)
@@ -652,8 +672,12 @@ def _reducescatter_async(tensor, name, op, ps, prescale_factor, postscale_factor
     rows = _rows_per_rank(send.shape[0], n)
     output = torch.empty((rows[me],) + rest, dtype=send.dtype, device=send.device)
     pre, post = float(prescale_factor), float(postscale_factor)
-    # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
+    # Device memory: libperseus takes scale factors of 1 only, so torch scales here; an
+    # Average there is a Sum that torch divides (see _device_average_).
     op, device_scale, post = _device_scales(send, op, pre, post, n)
+    average_on = n if op == Average and send.is_cuda and n > 1 else 0
+    if average_on:
+        op = Sum
     if device_scale:
         if pre != 1.0:
             send = _scale_(send.clone(), pre)
@@ -669,6 +693,8 @@ def _reducescatter_async(tensor, name, op, ps, prescale_factor, postscale_factor
     def finish():
         if device_scale and post != 1.0:
             _scale_(output, post)
+        if average_on:
+            _device_average_(output, average_on)
         return output
 
     return Handle([request], finish)
