@@ -48,6 +48,7 @@ See docs/USAGE.md for everything.)";
 
 // The values given on the command line, as written; converted and checked in `to_config`.
 struct RawOptions {
+  std::string max_restarts, min_np;
   std::string np, npernode, map_by = "slot", gpu_bind = "list", kill_grace = "5", timeout,
                             master_port, bind_to = "none";
   std::vector<std::string> hosts, exports;
@@ -79,6 +80,11 @@ void add_options(CLI::App &app, RawOptions &raw) {
                  "Also write each rank's output to DIR/1/rank.N/{stdout,stderr}");
   app.add_option("--kill-grace", raw.kill_grace, "Seconds from SIGTERM to SIGKILL (default 5)");
   app.add_option("--timeout", raw.timeout, "End the whole job after SECONDS (exit code 124)");
+  app.add_option("--max-restarts,--max_restarts", raw.max_restarts,
+                 "Restart every rank up to N times when a rank fails or a host is lost "
+                 "(torchrun's; default 0)");
+  app.add_option("--min-np", raw.min_np,
+                 "With --max-restarts: the fewest ranks a restart on the hosts left may run");
   app.add_option("--heartbeat-timeout", raw.heartbeat_timeout,
                  "Seconds of silence after which a host or the launcher is lost (default 10)");
   app.add_option("--master-port", raw.master_port, "MASTER_PORT (default: a free port)");
@@ -416,6 +422,21 @@ launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> c
   config.kill_grace_seconds = to_seconds(raw.kill_grace, "--kill-grace");
   if (!raw.timeout.empty()) config.timeout_seconds = to_seconds(raw.timeout, "--timeout");
   config.heartbeat_timeout_seconds = to_heartbeat_timeout(raw.heartbeat_timeout);
+  if (!raw.max_restarts.empty()) {
+    config.max_restarts = to_int(raw.max_restarts, "--max-restarts", 0,
+                                 "a number of restarts from 0 to 10000, e.g. --max-restarts 3");
+    if (config.max_restarts > 10000) {
+      throw InputError("--max-restarts '" + raw.max_restarts +
+                       "': expected a number of restarts from 0 to 10000");
+    }
+  }
+  if (!raw.min_np.empty()) {
+    config.min_np = to_int(raw.min_np, "--min-np", 1, "a number of ranks of at least 1");
+    if (config.np && config.min_np > config.np) {
+      throw InputError("--min-np " + raw.min_np + " is more than -np " + raw.np +
+                       ": the fewest ranks cannot exceed the ranks asked for");
+    }
+  }
   if (!raw.master_port.empty()) {
     config.master_port = to_int(raw.master_port, "--master-port", 1, "a port from 1 to 65535");
     if (config.master_port > 65535) {

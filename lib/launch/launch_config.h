@@ -45,7 +45,11 @@ struct LaunchConfig {
   std::string output_directory;
   double kill_grace_seconds = 5;
   double timeout_seconds = 0;  // 0: none
-  int master_port = 0;         // 0: pick a free one
+  // --max-restarts: restarts of every rank after a rank fails or a host is lost (torchrun's
+  // model), on the hosts still alive; --min-np: the fewest ranks a restart may run with.
+  int max_restarts = 0;
+  int min_np = 0;       // 0: 1
+  int master_port = 0;  // 0: pick a free one
   // --heartbeat-timeout (heartbeat.h)
   double heartbeat_timeout_seconds = 10;
   std::string working_directory;

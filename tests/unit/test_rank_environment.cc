@@ -54,6 +54,8 @@ EnvironmentChanges expected_environment(const Expected &e, const JobFacts &job) 
           {"ROLE_RANK", s(e.rank)},
           {"ROLE_WORLD_SIZE", s(e.size)},
           {"NODE_RANK", s(e.node_rank)},
+          {"TORCHELASTIC_RESTART_COUNT", s(job.restart_count)},
+          {"TORCHELASTIC_MAX_RESTARTS", s(job.max_restarts)},
           {"MASTER_ADDR", job.master_addr},
           {"MASTER_PORT", s(job.master_port)},
           {"HOROVOD_RANK", s(e.rank)},
@@ -125,8 +127,11 @@ TEST_CASE("rank_environment: hosts without ranks are not nodes") {
 
 TEST_CASE("rank_environment: the job facts are passed as they are") {
   const Placement placement = place_ranks(slots({1}), {1, 0, MapBy::kSlot, false});
-  const JobFacts facts{"id with spaces", "fe80::1", 1};
+  JobFacts facts{"id with spaces", "fe80::1", 1};
+  facts.restart_count = 2;  // --max-restarts: the third round
+  facts.max_restarts = 5;
   const EnvironmentChanges got = rank_environment(placement, 0, facts);
+  CHECK(sorted_lines(got).find("TORCHELASTIC_RESTART_COUNT=2\n") != std::string::npos);
   CHECK(sorted_lines(got) == sorted_lines(expected_environment({0, 1, 0, 1, 0, 1, 0, 1}, facts)));
   CHECK_THROWS(rank_environment(placement, 1, facts));
 }

@@ -26,6 +26,7 @@
 #include "lib/launch/local_host.h"
 #include "lib/launch/log.h"
 #include "lib/launch/planning/host_list_parser.h"
+#include "lib/launch/planning/host_merge.h"
 #include "lib/launch/planning/hostfile_parser.h"
 #include "lib/launch/planning/job_plan.h"
 #include "lib/launch/protocol/heartbeat.h"
@@ -131,10 +132,32 @@ std::string describe_exit(const RankExited &exited, const std::string &host) {
          signal_name(exited.signal) + ")";
 }
 
+// One round of a job: the first, or a restart of every rank after a failure (--max-restarts).
+struct Round {
+  int restart = 0;                   // 0: the first round
+  std::set<std::string> lost_hosts;  // host keys lost in earlier rounds: left out
+  long long deadline_ms = 0;         // --timeout's end, the same for every round; 0: none
+};
+
+// How a round ended: what run_launcher needs to decide on a restart and to report it.
+struct RoundEnd {
+  int exit_code = kExitSuccess;
+  // A rank failed or a host was lost, and nothing else ended the job (a signal, --timeout, an
+  // agent's error such as a program that cannot be started): another round may do better.
+  bool restartable = false;
+  std::string why;                      // the failure, as said
+  std::vector<std::string> lost_hosts;  // host keys lost in this round
+  std::string lost_names;               // the same, as host names, for messages
+  long long failed_at_ms = 0;           // when the failure was seen
+  long long started_at_ms = 0;          // when every rank of the round had started
+  size_t ranks = 0;
+  size_t hosts = 0;
+};
+
 class Launcher {
  public:
-  explicit Launcher(const LaunchConfig &config) : config_(config) {}
-  int run();
+  Launcher(const LaunchConfig &config, Round round) : config_(config), round_(std::move(round)) {}
+  RoundEnd run();
 
  private:
   struct Agent {
@@ -172,7 +195,13 @@ class Launcher {
   bool all_done() const;
   Agent *agent_of_rank_zero();
 
-  const LaunchConfig &config_;
+  void note_failure(const std::string &why);
+  void note_lost_host(const Agent &agent);
+  std::vector<HostSpec> round_mentions();
+  void fit_to_hosts(const std::vector<HostSpec> &mentions, const BareSlots &bare_slots);
+
+  LaunchConfig config_;  // a copy: a restart on fewer hosts runs fewer ranks
+  const Round round_;
   UniqueFd signals_;
   std::map<std::string, Agent> agents_;  // by host key
   std::vector<std::string> agent_order_;
@@ -193,6 +222,14 @@ class Launcher {
   bool stdin_open_ = false;
   size_t stdin_in_flight_ = 0;
   bool output_paused_ = false;  // the agents were told to stop reading rank output
+  // For restarts: what failed, which hosts were lost, and when.
+  bool fatal_ = false;  // an agent's own error (kError): no restart helps
+  std::string why_;
+  std::vector<std::string> lost_hosts_;
+  std::string lost_names_;
+  long long failed_at_ms_ = 0;
+  size_t started_ranks_ = 0;
+  long long started_at_ms_ = 0;
 };
 
 UniqueFd block_signals() {
@@ -206,14 +243,15 @@ UniqueFd block_signals() {
   return fd;
 }
 
-int Launcher::run() {
+RoundEnd Launcher::run() {
   init_logging(config_.verbose, "perseusrun");
-  const std::vector<HostSpec> mentions = host_mentions(config_);
+  const std::vector<HostSpec> mentions = round_mentions();
   signals_ = block_signals();
   start_agents(mentions);
   plan(mentions);
   if (config_.display_map) display_map();
-  output_ = std::make_unique<OutputRouter>(plan_.placement.size(), config_.output_directory);
+  output_ = std::make_unique<OutputRouter>(plan_.placement.size(), config_.output_directory,
+                                           round_.restart > 0);
   for (size_t i = 0; i < plan_.hosts.size(); ++i) {
     const Host &host = plan_.hosts[i];
     agents_.at(host_key(host.user, host.host))
@@ -222,17 +260,79 @@ int Launcher::run() {
   }
   // Reading a terminal from the background would stop perseusrun (SIGTTIN).
   stdin_open_ = !isatty(STDIN_FILENO) || tcgetpgrp(STDIN_FILENO) == getpgrp();
-  if (config_.timeout_seconds > 0) {
-    deadline_ms_ = monotonic_ms() + static_cast<long long>(config_.timeout_seconds * 1000);
-  }
+  deadline_ms_ = round_.deadline_ms;
   loop();
   drain_output();
   print_summary();
-  if (received_signal_) return 128 + received_signal_;
-  if (timed_out_) return kExitTimeout;
-  if (agent_error_) return agent_error_->exit_code;
-  if (failure_) return failure_->signal ? 128 + failure_->signal : failure_->exit_code;
-  return kExitSuccess;
+  RoundEnd end;
+  end.why = why_;
+  end.lost_hosts = lost_hosts_;
+  end.lost_names = lost_names_;
+  end.failed_at_ms = failed_at_ms_;
+  end.started_at_ms = started_at_ms_;
+  end.ranks = plan_.placement.size();
+  end.hosts = plan_.hosts.size();
+  end.restartable =
+      !received_signal_ && !timed_out_ && !fatal_ && (failure_ || !lost_hosts_.empty());
+  if (received_signal_) {
+    end.exit_code = 128 + received_signal_;
+  } else if (timed_out_) {
+    end.exit_code = kExitTimeout;
+  } else if (agent_error_) {
+    end.exit_code = agent_error_->exit_code;
+  } else if (failure_) {
+    end.exit_code = failure_->signal ? 128 + failure_->signal : failure_->exit_code;
+  }
+  return end;
+}
+
+// The hosts of this round: every mention but those lost in earlier rounds.
+std::vector<HostSpec> Launcher::round_mentions() {
+  std::vector<HostSpec> mentions = host_mentions(config_);
+  if (round_.lost_hosts.empty()) return mentions;
+  mentions.erase(std::remove_if(mentions.begin(), mentions.end(),
+                                [this](const HostSpec &spec) {
+                                  return round_.lost_hosts.count(host_key(spec.user, spec.host));
+                                }),
+                 mentions.end());
+  if (mentions.empty())
+    throw LaunchError("no host is left to restart the job on: every host was lost");
+  return mentions;
+}
+
+// A restart after hosts were lost runs as many ranks as the hosts left hold (never more than
+// -np, never fewer than --min-np), as torchrun's elastic agent continues with the nodes left.
+void Launcher::fit_to_hosts(const std::vector<HostSpec> &mentions, const BareSlots &bare_slots) {
+  if (round_.lost_hosts.empty() || config_.oversubscribe) return;
+  const std::vector<Host> hosts = merge_hosts(mentions, bare_slots);
+  long long room = 0;
+  for (const Host &host : hosts) room += config_.npernode ? config_.npernode : host.slots;
+  const long long wanted = config_.np ? config_.np : room;
+  const long long ranks = std::min(wanted, room);
+  if (ranks < std::max(1, config_.min_np)) {
+    throw LaunchError("only " + std::to_string(ranks) + " ranks fit on the " +
+                      std::to_string(hosts.size()) + " hosts left, fewer than --min-np " +
+                      std::to_string(config_.min_np) + "; not restarting");
+  }
+  if (config_.np && ranks < config_.np) {
+    say("perseusrun: " + std::to_string(ranks) + " ranks fit on the hosts left (-np " +
+        std::to_string(config_.np) + "): the job goes on with " + std::to_string(ranks));
+  }
+  config_.np = static_cast<int>(ranks);
+}
+
+void Launcher::note_lost_host(const Agent &agent) {
+  for (const auto &[key, candidate] : agents_) {
+    if (&candidate != &agent) continue;
+    lost_hosts_.push_back(key);
+    lost_names_ += (lost_names_.empty() ? "" : ", ") + agent.link->host();
+  }
+}
+
+void Launcher::note_failure(const std::string &why) {
+  if (failed_at_ms_) return;
+  failed_at_ms_ = monotonic_ms();
+  why_ = why;
 }
 
 void Launcher::start_agents(const std::vector<HostSpec> &mentions) {
@@ -269,6 +369,9 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
   facts.job_id = job_id();
   find_shims(facts);
   facts.secret.assign(reinterpret_cast<const char *>(secret_.data()), secret_.size());
+  facts.restart_count = round_.restart;
+  facts.max_restarts = config_.max_restarts;
+  fit_to_hosts(mentions, bare_slots);
   plan_ = place_job(config_, mentions, bare_slots);
   const Host &rank0_host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];
   const std::map<std::string, BusyGpus> busy = preflight(rank0_host);
@@ -437,6 +540,7 @@ void Launcher::handle_frame(Agent &agent, const Frame &frame) {
     case FrameType::kError:
       if (!agent_error_ && !ending_) {
         agent_error_ = decode_error(frame.payload, peer);
+        fatal_ = true;
         say("perseusrun: error: " + agent_error_->message);
       }
       end_job(config_.kill_grace_seconds);
@@ -450,6 +554,9 @@ void Launcher::handle_frame(Agent &agent, const Frame &frame) {
       const RankStarted started = decode_started(frame.payload, peer);
       spdlog::debug("rank {} started on {} as pid {}", started.rank, agent.link->host(),
                     started.pid);
+      if (++started_ranks_ == static_cast<size_t>(plan_.placement.size())) {
+        started_at_ms_ = monotonic_ms();
+      }
       break;
     }
     default:
@@ -493,6 +600,7 @@ void Launcher::report_failures() {
           .hosts[static_cast<size_t>(
               plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)]
           .host;
+  note_failure(describe_exit(first, host));
   say("perseusrun: " + describe_exit(first, host) + "; ending the job");
   end_job(config_.kill_grace_seconds);
 }
@@ -503,6 +611,9 @@ void Launcher::agent_ended(Agent &agent) {
   const std::string why = agent.link->failure();
   publish_lost_ranks(agent, why.empty() ? "its agent ended unexpectedly" : why);
   if (!ending_) {
+    note_lost_host(agent);
+    note_failure("the agent on " + agent.link->host() + " ended unexpectedly" +
+                 (why.empty() ? "" : " (" + why + ")"));
     say("perseusrun: error: the agent on " + agent.link->host() + " ended unexpectedly" +
         (why.empty() ? "" : " (" + why + ")") + "; ending the job");
     agent_error_ = AgentError{"agent ended", kExitLaunchFailure};
@@ -541,6 +652,8 @@ void Launcher::agent_lost(Agent &agent) {
   agent.link->reap(1000);
   publish_lost_ranks(agent, why);
   if (!ending_) {
+    note_lost_host(agent);
+    note_failure("lost host " + agent.link->host() + ": " + why);
     say("perseusrun: error: lost host " + agent.link->host() + ": " + why + "; ending the job");
     agent_error_ = AgentError{"host lost", kExitLaunchFailure};
     end_job(config_.kill_grace_seconds);
@@ -702,8 +815,79 @@ Launcher::Agent *Launcher::agent_of_rank_zero() {
   return agent.done ? nullptr : &agent;
 }
 
+// A signal that arrived between rounds (they stay blocked, see block_signals).
+int pending_signal() {
+  sigset_t pending;
+  sigemptyset(&pending);
+  if (sigpending(&pending) != 0) return 0;
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) {
+    if (sigismember(&pending, s)) return s;
+  }
+  return 0;
+}
+
+std::string seconds_text(long long ms) {
+  char text[32];
+  snprintf(text, sizeof text, "%.1f s", static_cast<double>(ms) / 1000.0);
+  return text;
+}
+
 }  // namespace
 
-int run_launcher(const LaunchConfig &config) { return Launcher(config).run(); }
+int run_launcher(const LaunchConfig &config) {
+  Round round;
+  const long long start = monotonic_ms();
+  if (config.timeout_seconds > 0) {
+    round.deadline_ms = start + static_cast<long long>(config.timeout_seconds * 1000);
+  }
+  struct Reset {
+    RoundEnd end;
+    long long resumed_at_ms = 0;
+  };
+  std::vector<Reset> resets;
+  int exit_code = kExitSuccess;
+  for (;;) {
+    RoundEnd end;
+    try {
+      end = Launcher(config, round).run();
+    } catch (const std::exception &error) {
+      if (round.restart == 0) throw;  // nothing has run: the usual launch error
+      // A restart that cannot start (too few hosts left, a host unreachable now): the job ends
+      // with the failure that asked for the restart.
+      fprintf(stderr,
+              "perseusrun: error: restart %d could not start: %s; the job ends with exit code %d\n",
+              round.restart, error.what(), exit_code);
+      break;
+    }
+    if (!resets.empty() && !resets.back().resumed_at_ms) {
+      resets.back().resumed_at_ms = end.started_at_ms;
+    }
+    exit_code = end.exit_code;
+    if (!end.restartable || round.restart >= config.max_restarts || pending_signal()) break;
+    round.restart += 1;
+    for (const std::string &key : end.lost_hosts) round.lost_hosts.insert(key);
+    fprintf(stderr, "perseusrun: restarting every rank (restart %d of %d) after: %s%s\n",
+            round.restart, config.max_restarts, end.why.c_str(),
+            end.lost_names.empty() ? "" : ("; leaving out " + end.lost_names).c_str());
+    resets.push_back({std::move(end), 0});
+  }
+  if (!resets.empty()) {
+    std::string summary = "perseusrun: " + std::to_string(resets.size()) + " restart" +
+                          (resets.size() == 1 ? "" : "s") + ":\n";
+    for (size_t i = 0; i < resets.size(); ++i) {
+      const Reset &reset = resets[i];
+      summary += "perseusrun:   " + std::to_string(i + 1) + ". at " +
+                 seconds_text(reset.end.failed_at_ms - start) + ": " + reset.end.why;
+      if (!reset.end.lost_names.empty()) summary += "; lost: " + reset.end.lost_names;
+      summary += reset.resumed_at_ms
+                     ? "; stopped " + seconds_text(reset.resumed_at_ms - reset.end.failed_at_ms) +
+                           " (until every rank of the next round had started)"
+                     : "; the next round did not start every rank";
+      summary += "\n";
+    }
+    fputs(summary.c_str(), stderr);
+  }
+  return exit_code;
+}
 
 }  // namespace perseus::launch

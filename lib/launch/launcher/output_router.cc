@@ -48,7 +48,7 @@ std::string describe_loss(const OutputSink &sink) {
 
 }  // namespace
 
-OutputRouter::OutputRouter(int world_size, const std::string &directory) {
+OutputRouter::OutputRouter(int world_size, const std::string &directory, bool append) {
   if (same_file(STDOUT_FILENO, STDERR_FILENO)) {
     stdout_ = std::make_unique<OutputSink>(STDOUT_FILENO, "stdout and stderr");
   } else {
@@ -63,10 +63,10 @@ OutputRouter::OutputRouter(int world_size, const std::string &directory) {
           {std::make_unique<LineTagger>(LineTagger::tag_for(rank, is_stderr), tagged), UniqueFd()});
     }
   }
-  if (!directory.empty()) open_files(world_size, directory);
+  if (!directory.empty()) open_files(world_size, directory, append);
 }
 
-void OutputRouter::open_files(int world_size, const std::string &directory) {
+void OutputRouter::open_files(int world_size, const std::string &directory, bool append) {
   for (int rank = 0; rank < world_size; ++rank) {
     const std::filesystem::path folder =
         std::filesystem::path(directory) / "1" / ("rank." + std::to_string(rank));
@@ -78,7 +78,8 @@ void OutputRouter::open_files(int world_size, const std::string &directory) {
     }
     for (bool is_stderr : {false, true}) {
       const std::string path = (folder / (is_stderr ? "stderr" : "stdout")).string();
-      UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      UniqueFd fd(::open(path.c_str(),
+                         O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644));
       if (!fd.valid()) throw_system_error("open", path + " (--output-filename)");
       streams_[static_cast<size_t>(2 * rank + is_stderr)].file = std::move(fd);
     }

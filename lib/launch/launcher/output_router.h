@@ -27,8 +27,9 @@ class OutputRouter {
  public:
   static constexpr size_t kHardLimit = 64u << 20;
 
-  // Creates the per-rank files when `directory` is not empty; throws LaunchError if it cannot.
-  OutputRouter(int world_size, const std::string &directory);
+  // Creates the per-rank files when `directory` is not empty (appends to them with `append`: a
+  // restarted job's later rounds); throws LaunchError if it cannot.
+  OutputRouter(int world_size, const std::string &directory, bool append = false);
 
   void write(const OutputChunk &chunk);
   // One of perseusrun's own messages, a line without its newline, to stderr.
@@ -54,7 +55,7 @@ class OutputRouter {
     UniqueFd file;
   };
   Stream &stream(int rank, OutputStream which);
-  void open_files(int world_size, const std::string &directory);
+  void open_files(int world_size, const std::string &directory, bool append);
   void queue(OutputSink &sink, int rank, std::string_view line);
   std::vector<OutputSink *> sinks() const;
 

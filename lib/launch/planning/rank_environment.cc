@@ -31,6 +31,8 @@ EnvironmentChanges rank_environment(const Placement &placement, int rank, const 
       {"ROLE_RANK", r},
       {"ROLE_WORLD_SIZE", size},
       {"NODE_RANK", node_rank},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(job.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(job.max_restarts)},
       {"MASTER_ADDR", job.master_addr},
       {"MASTER_PORT", std::to_string(job.master_port)},
       // Horovod.

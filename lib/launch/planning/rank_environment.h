@@ -20,6 +20,9 @@ struct JobFacts {
   // empty: left as the rank's environment has them.
   std::string library;
   std::string python_path;
+  // torchrun's TORCHELASTIC_RESTART_COUNT and TORCHELASTIC_MAX_RESTARTS (--max-restarts).
+  int restart_count = 0;
+  int max_restarts = 0;
 };
 
 EnvironmentChanges rank_environment(const Placement &placement, int rank, const JobFacts &job);
