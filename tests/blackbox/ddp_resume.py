@@ -8,7 +8,9 @@ Every epoch trains on the same 24 samples a step (split evenly over the ranks, s
 gradient is the whole batch's whatever the world size), then rank 0 writes the checkpoint
 (model and optimizer, atomically) and DIR/epoch.E. At the end every rank writes DIR/final.R:
 its world size, restart count, the epoch it resumed from, the epochs done, a checksum of its
-parameters and whether the gradients went through libperseus.
+parameters and whether the gradients went through libperseus. Each round's ranks also write
+DIR/pid.<restart>.<rank>, and rank 0 DIR/trained.<restart> (the wall-clock time of its first
+step), for bench/restart_time.py.
 """
 import perseus  # noqa: I001 - first, before torch, as users write it
 
@@ -56,14 +58,20 @@ def main():
     ddp = DDP(model)
     loss_fn = nn.CrossEntropyLoss()
     per = BATCH // n
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    with open(os.path.join(args.report, "pid.%d.%d" % (restart, me)), "w") as f:
+        f.write(str(os.getpid()))
     for epoch in range(start, args.epochs):
         g = torch.Generator().manual_seed(1000 + epoch)
-        for _ in range(STEPS):
+        for step in range(STEPS):
             x = torch.randn(BATCH, 8, generator=g)
             y = torch.randint(0, 3, (BATCH,), generator=g)
             opt.zero_grad()
             loss_fn(ddp(x[me * per:(me + 1) * per]), y[me * per:(me + 1) * per]).backward()
             opt.step()
+            if epoch == start and step == 0 and me == 0:  # training (re)started: when
+                with open(os.path.join(args.report, "trained.%d" % restart), "w") as f:
+                    f.write(repr(time.time()))
         time.sleep(args.epoch_seconds)
         dist.barrier()
         if me == 0:
