@@ -48,7 +48,8 @@ See docs/USAGE.md for everything.)";
 
 // The values given on the command line, as written; converted and checked in `to_config`.
 struct RawOptions {
-  std::string max_restarts, min_np;
+  std::string max_restarts, min_np, max_np, host_discovery_script, elastic_timeout, reset_limit;
+  std::vector<std::pair<std::string, std::string>> blacklist_cooldown;  // MIN MAX
   std::string np, npernode, map_by = "slot", gpu_bind = "list", kill_grace = "5", timeout,
                             master_port, bind_to = "none";
   std::vector<std::string> hosts, exports;
@@ -83,8 +84,21 @@ void add_options(CLI::App &app, RawOptions &raw) {
   app.add_option("--max-restarts,--max_restarts", raw.max_restarts,
                  "Restart every rank up to N times when a rank fails or a host is lost "
                  "(torchrun's; default 0)");
-  app.add_option("--min-np", raw.min_np,
-                 "With --max-restarts: the fewest ranks a restart on the hosts left may run");
+  app.add_option("--min-np,--min-num-proc", raw.min_np,
+                 "The fewest ranks a restart may run with (--max-restarts, elastic mode)");
+  app.add_option("--max-np,--max-num-proc", raw.max_np,
+                 "Elastic mode: the most ranks (default: as many as the hosts hold)");
+  app.add_option("--host-discovery-script", raw.host_discovery_script,
+                 "Elastic mode (horovodrun's): a program printing host:slots lines, run every "
+                 "second; the job restarts on the new set of hosts when they change");
+  app.add_option("--elastic-timeout", raw.elastic_timeout,
+                 "Elastic mode: seconds to wait for hosts enough for --min-np (default 600)");
+  app.add_option("--reset-limit", raw.reset_limit,
+                 "Elastic mode: the most restarts of any kind (default: no limit)");
+  app.add_option("--blacklist-cooldown-range", raw.blacklist_cooldown,
+                 "Elastic mode: MIN MAX seconds a host that failed twice is left out (default: "
+                 "for good)")
+      ->allow_extra_args(false);
   app.add_option("--heartbeat-timeout", raw.heartbeat_timeout,
                  "Seconds of silence after which a host or the launcher is lost (default 10)");
   app.add_option("--master-port", raw.master_port, "MASTER_PORT (default: a free port)");
@@ -396,6 +410,56 @@ launch::ClusterEnvironment cluster_environment(const EnvironmentLookup &lookup) 
   return cluster;
 }
 
+// horovodrun's elastic options (launch_config.h). They need --host-discovery-script, which
+// replaces -H and -hostfile.
+void set_elastic_options(const RawOptions &raw, launch::LaunchConfig &config) {
+  config.host_discovery_script = raw.host_discovery_script;
+  const bool elastic = !raw.host_discovery_script.empty();
+  const auto needs_script = [&](const std::string &value, const char *flag) {
+    if (!value.empty() && !elastic) {
+      throw InputError(std::string(flag) + " " + value +
+                       ": an elastic-mode option; give --host-discovery-script too");
+    }
+  };
+  needs_script(raw.max_np, "--max-np");
+  needs_script(raw.elastic_timeout, "--elastic-timeout");
+  needs_script(raw.reset_limit, "--reset-limit");
+  needs_script(raw.blacklist_cooldown.empty() ? "" : raw.blacklist_cooldown.back().first,
+               "--blacklist-cooldown-range");
+  if (elastic && (!raw.hosts.empty() || !raw.hostfile.empty())) {
+    throw InputError("--host-discovery-script " + raw.host_discovery_script + " and " +
+                     (raw.hosts.empty() ? "-hostfile " + raw.hostfile : "-H") +
+                     " both name hosts; in elastic mode the script names them, give one");
+  }
+  if (!raw.max_np.empty()) {
+    config.max_np = to_int(raw.max_np, "--max-np", 1, "a number of ranks of at least 1");
+    if (config.min_np > config.max_np) {
+      throw InputError("--min-np " + raw.min_np + " is more than --max-np " + raw.max_np);
+    }
+    if (config.np > config.max_np) {
+      throw InputError("-np " + raw.np + " is more than --max-np " + raw.max_np +
+                       ": -np is the starting size, between --min-np and --max-np");
+    }
+  }
+  if (!raw.elastic_timeout.empty()) {
+    config.elastic_timeout_seconds = to_seconds(raw.elastic_timeout, "--elastic-timeout");
+  }
+  if (!raw.reset_limit.empty()) {
+    config.reset_limit =
+        to_int(raw.reset_limit, "--reset-limit", 0, "a number of restarts of at least 0");
+  }
+  if (!raw.blacklist_cooldown.empty()) {
+    const auto &[low, high] = raw.blacklist_cooldown.back();
+    const std::string both = low + " " + high;
+    const char *expected = "MIN MAX, whole seconds, 1 <= MIN <= MAX";
+    config.blacklist_cooldown_min = to_int(low, "--blacklist-cooldown-range", 1, expected);
+    config.blacklist_cooldown_max = to_int(high, "--blacklist-cooldown-range", 1, expected);
+    if (config.blacklist_cooldown_min > config.blacklist_cooldown_max) {
+      throw InputError("--blacklist-cooldown-range '" + both + "': expected " + expected);
+    }
+  }
+}
+
 launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> command,
                                const EnvironmentLookup &lookup) {
   launch::LaunchConfig config;
@@ -437,6 +501,7 @@ launch::LaunchConfig to_config(const RawOptions &raw, std::vector<std::string> c
                        ": the fewest ranks cannot exceed the ranks asked for");
     }
   }
+  set_elastic_options(raw, config);
   if (!raw.master_port.empty()) {
     config.master_port = to_int(raw.master_port, "--master-port", 1, "a port from 1 to 65535");
     if (config.master_port > 65535) {

@@ -47,9 +47,20 @@ struct LaunchConfig {
   double timeout_seconds = 0;  // 0: none
   // --max-restarts: restarts of every rank after a rank fails or a host is lost (torchrun's
   // model), on the hosts still alive; --min-np: the fewest ranks a restart may run with.
-  int max_restarts = 0;
-  int min_np = 0;       // 0: 1
-  int master_port = 0;  // 0: pick a free one
+  int max_restarts = -1;  // -1: not given (0 restarts; in elastic mode, no limit)
+  int min_np = 0;         // 0: 1
+  // horovodrun's elastic mode: hosts from --host-discovery-script, read again every second; the
+  // job restarts on the new set of hosts when they change, with at most --max-np ranks, after
+  // waiting up to --elastic-timeout for hosts enough for --min-np; --reset-limit caps the
+  // restarts of every kind; a host that fails twice is blacklisted (for good, or for
+  // --blacklist-cooldown-range's MIN seconds, doubled each time up to MAX).
+  std::string host_discovery_script;
+  int max_np = 0;  // 0: no limit
+  double elastic_timeout_seconds = 600;
+  int reset_limit = -1;  // -1: no limit
+  int blacklist_cooldown_min = 0;
+  int blacklist_cooldown_max = 0;  // 0: blacklisted for good
+  int master_port = 0;             // 0: pick a free one
   // --heartbeat-timeout (heartbeat.h)
   double heartbeat_timeout_seconds = 10;
   std::string working_directory;

@@ -1,5 +1,6 @@
 // libFuzzer target for the host parsers: the input is read as a hostfile, as the value of -H, and
-// as Slurm's host list and tasks-per-node values (split at the first '|' for an allocation).
+// as Slurm's host list and tasks-per-node values (split at the first '|' for an allocation), and as
+// --host-discovery-script's output.
 // InputError is the expected failure; a crash, another exception, a sanitizer report or a broken
 // invariant (abort) is a finding. On success the hosts are merged and placed, and the results
 // checked. Run: fuzz_host_parsers -max_total_time=60 CORPUS_COPY tests/fuzz/corpus/host_parsers
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "lib/launch/errors.h"
+#include "lib/launch/planning/host_discovery.h"
 #include "lib/launch/planning/host_list_parser.h"
 #include "lib/launch/planning/host_merge.h"
 #include "lib/launch/planning/host_spec.h"
@@ -217,5 +219,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_one_line(error.what());
   }
   fuzz_slurm(text, seed);
+  try {  // as --host-discovery-script's output
+    std::vector<HostSpec> specs = perseus::launch::parse_discovered_hosts(text, "discover.sh");
+    check_specs(specs, false);
+    if (!specs.empty()) merge_and_place(specs, seed);
+  } catch (const InputError &error) {
+    require(std::string_view(error.what()).find("--host-discovery-script discover.sh: line ") == 0,
+            "a discovery error that does not name the script and line");
+  }
   return 0;
 }

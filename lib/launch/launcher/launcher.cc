@@ -9,9 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <vector>
@@ -21,6 +24,7 @@
 #include "lib/launch/agent/host_check.h"
 #include "lib/launch/errors.h"
 #include "lib/launch/launcher/check_report.h"
+#include "lib/launch/launcher/host_discovery_script.h"
 #include "lib/launch/launcher/output_router.h"
 #include "lib/launch/launcher/output_sink.h"
 #include "lib/launch/local_host.h"
@@ -39,6 +43,11 @@
 namespace perseus::launch {
 
 namespace {
+
+// Elastic mode: how often the discovery script runs while a round runs (horovodrun: 1 s).
+constexpr int kDiscoveryIntervalMs = 1000;
+// Elastic mode: how often it runs while the job waits for enough hosts.
+constexpr int kDiscoveryWaitMs = 1000;
 
 // How long agents get, beyond the grace, to report that everything has ended.
 constexpr int kShutdownSlackMs = 10000;
@@ -137,6 +146,12 @@ struct Round {
   int restart = 0;                   // 0: the first round
   std::set<std::string> lost_hosts;  // host keys lost in earlier rounds: left out
   long long deadline_ms = 0;         // --timeout's end, the same for every round; 0: none
+  // Elastic mode (--host-discovery-script): the round's hosts and ranks, chosen beforehand,
+  // and what ends the round when the discovered hosts change (the reason, or nothing), asked
+  // every kDiscoveryIntervalMs with the round's host keys and number of ranks.
+  std::vector<HostSpec> mentions;
+  int np = 0;
+  std::function<std::optional<std::string>(const std::set<std::string> &, size_t)> resize_check;
 };
 
 // How a round ended: what run_launcher needs to decide on a restart and to report it.
@@ -148,6 +163,8 @@ struct RoundEnd {
   std::string why;                      // the failure, as said
   std::vector<std::string> lost_hosts;  // host keys lost in this round
   std::string lost_names;               // the same, as host names, for messages
+  std::string failed_host;              // the host key of the first failing rank, if one failed
+  bool resized = false;                 // ended because the discovered hosts changed
   long long failed_at_ms = 0;           // when the failure was seen
   long long started_at_ms = 0;          // when every rank of the round had started
   size_t ranks = 0;
@@ -197,6 +214,7 @@ class Launcher {
 
   void note_failure(const std::string &why);
   void note_lost_host(const Agent &agent);
+  void check_hosts();
   std::vector<HostSpec> round_mentions();
   void fit_to_hosts(const std::vector<HostSpec> &mentions, const BareSlots &bare_slots);
 
@@ -228,6 +246,9 @@ class Launcher {
   std::vector<std::string> lost_hosts_;
   std::string lost_names_;
   long long failed_at_ms_ = 0;
+  std::string failed_host_;
+  bool resized_ = false;
+  long long next_discovery_ms_ = 0;
   size_t started_ranks_ = 0;
   long long started_at_ms_ = 0;
 };
@@ -268,12 +289,14 @@ RoundEnd Launcher::run() {
   end.why = why_;
   end.lost_hosts = lost_hosts_;
   end.lost_names = lost_names_;
+  end.failed_host = failed_host_;
+  end.resized = resized_;
   end.failed_at_ms = failed_at_ms_;
   end.started_at_ms = started_at_ms_;
   end.ranks = plan_.placement.size();
   end.hosts = plan_.hosts.size();
-  end.restartable =
-      !received_signal_ && !timed_out_ && !fatal_ && (failure_ || !lost_hosts_.empty());
+  end.restartable = !received_signal_ && !timed_out_ &&
+                    (resized_ || (!fatal_ && (failure_ || !lost_hosts_.empty())));
   if (received_signal_) {
     end.exit_code = 128 + received_signal_;
   } else if (timed_out_) {
@@ -288,6 +311,7 @@ RoundEnd Launcher::run() {
 
 // The hosts of this round: every mention but those lost in earlier rounds.
 std::vector<HostSpec> Launcher::round_mentions() {
+  if (!round_.mentions.empty()) return round_.mentions;
   std::vector<HostSpec> mentions = host_mentions(config_);
   if (round_.lost_hosts.empty()) return mentions;
   mentions.erase(std::remove_if(mentions.begin(), mentions.end(),
@@ -303,6 +327,10 @@ std::vector<HostSpec> Launcher::round_mentions() {
 // A restart after hosts were lost runs as many ranks as the hosts left hold (never more than
 // -np, never fewer than --min-np), as torchrun's elastic agent continues with the nodes left.
 void Launcher::fit_to_hosts(const std::vector<HostSpec> &mentions, const BareSlots &bare_slots) {
+  if (round_.np > 0) {
+    config_.np = round_.np;
+    return;
+  }
   if (round_.lost_hosts.empty() || config_.oversubscribe) return;
   const std::vector<Host> hosts = merge_hosts(mentions, bare_slots);
   long long room = 0;
@@ -319,6 +347,19 @@ void Launcher::fit_to_hosts(const std::vector<HostSpec> &mentions, const BareSlo
         std::to_string(config_.np) + "): the job goes on with " + std::to_string(ranks));
   }
   config_.np = static_cast<int>(ranks);
+}
+
+// Elastic mode: when the discovery script's hosts have changed so that the job should run on
+// another set of hosts, the round ends (the ranks get SIGTERM, as at any end) and another starts.
+void Launcher::check_hosts() {
+  std::set<std::string> keys(agent_order_.begin(), agent_order_.end());
+  const std::optional<std::string> reason =
+      round_.resize_check(keys, static_cast<size_t>(plan_.placement.size()));
+  if (!reason) return;
+  resized_ = true;
+  note_failure(*reason);
+  say("perseusrun: " + *reason + "; ending every rank to restart on the new set of hosts");
+  end_job(config_.kill_grace_seconds);
 }
 
 void Launcher::note_lost_host(const Agent &agent) {
@@ -370,7 +411,7 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
   find_shims(facts);
   facts.secret.assign(reinterpret_cast<const char *>(secret_.data()), secret_.size());
   facts.restart_count = round_.restart;
-  facts.max_restarts = config_.max_restarts;
+  facts.max_restarts = std::max(0, config_.max_restarts);
   fit_to_hosts(mentions, bare_slots);
   plan_ = place_job(config_, mentions, bare_slots);
   const Host &rank0_host = plan_.hosts[static_cast<size_t>(plan_.placement.ranks[0].host_index)];
@@ -481,6 +522,10 @@ void Launcher::loop() {
                config_.timeout_seconds);
       say(message);
       end_job(config_.kill_grace_seconds);
+    }
+    if (round_.resize_check && !ending_ && now >= next_discovery_ms_) {
+      check_hosts();
+      next_discovery_ms_ = monotonic_ms() + kDiscoveryIntervalMs;
     }
     if (ending_ && now >= give_up_at_ms_) {
       say("perseusrun: error: agents did not end the job in time; killing them");
@@ -601,6 +646,11 @@ void Launcher::report_failures() {
               plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)]
           .host;
   note_failure(describe_exit(first, host));
+  if (failed_host_.empty()) {
+    const Host &where = plan_.hosts[static_cast<size_t>(
+        plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)];
+    failed_host_ = host_key(where.user, where.host);
+  }
   say("perseusrun: " + describe_exit(first, host) + "; ending the job");
   end_job(config_.kill_grace_seconds);
 }
@@ -828,66 +878,274 @@ int pending_signal() {
 
 std::string seconds_text(long long ms) {
   char text[32];
-  snprintf(text, sizeof text, "%.1f s", static_cast<double>(ms) / 1000.0);
+  snprintf(text, sizeof text, "%.2f s", static_cast<double>(ms) / 1000.0);
   return text;
 }
 
-}  // namespace
-
-int run_launcher(const LaunchConfig &config) {
-  Round round;
-  const long long start = monotonic_ms();
-  if (config.timeout_seconds > 0) {
-    round.deadline_ms = start + static_cast<long long>(config.timeout_seconds * 1000);
+// The rounds of one job: one round without --max-restarts and --host-discovery-script; with
+// them, a new round after each failure (torchrun's --max-restarts) and, in elastic mode, after
+// each change of the discovered hosts (horovodrun's elastic mode), until the job succeeds, a
+// limit is reached, or something a restart cannot mend ends it.
+class Rounds {
+ public:
+  explicit Rounds(const LaunchConfig &config) : config_(config), start_(monotonic_ms()) {
+    if (config.timeout_seconds > 0) {
+      round_.deadline_ms = start_ + static_cast<long long>(config.timeout_seconds * 1000);
+    }
+    elastic_ = !config.host_discovery_script.empty();
+    // horovodrun restarts after failures until --reset-limit; torchrun only --max-restarts times.
+    failure_cap_ = config.max_restarts >= 0 ? config.max_restarts : (elastic_ ? INT_MAX : 0);
   }
+  int run();
+
+ private:
+  struct HostRecord {
+    int failures = 0;
+    int times_blacklisted = 0;
+    long long blacklisted_until = 0;  // LLONG_MAX: for good
+  };
   struct Reset {
     RoundEnd end;
     long long resumed_at_ms = 0;
   };
-  std::vector<Reset> resets;
-  int exit_code = kExitSuccess;
+
+  bool usable(const std::string &key, long long now) const;
+  void count_failure(const std::string &key, const std::string &name);
+  void blacklist(const std::string &key, const std::string &name, const char *why);
+  // Elastic mode: the next round's hosts and ranks, waiting up to --elastic-timeout for hosts
+  // enough for --min-np ranks. False (with the message said) when they do not come.
+  bool choose_hosts();
+  std::vector<HostSpec> usable_discovered(std::string *problem);
+  long long room(const std::vector<HostSpec> &hosts) const;
+  long long cap(bool first) const;
+  std::optional<std::string> resize_reason(const std::set<std::string> &keys, size_t ranks);
+  void print_resets() const;
+
+  const LaunchConfig &config_;
+  const long long start_;
+  bool elastic_ = false;
+  int failure_cap_ = 0;
+  int failure_restarts_ = 0;
+  Round round_;
+  std::map<std::string, HostRecord> hosts_;
+  std::vector<Reset> resets_;
+  std::string last_discovery_problem_;
+};
+
+bool Rounds::usable(const std::string &key, long long now) const {
+  const auto found = hosts_.find(key);
+  return found == hosts_.end() || found->second.blacklisted_until <= now;
+}
+
+// A host that failed twice (a rank on it failed first, or its agent was lost) is blacklisted:
+// for good, or for --blacklist-cooldown-range's MIN seconds, doubled each time, at most MAX.
+void Rounds::count_failure(const std::string &key, const std::string &name) {
+  if (!elastic_ || key.empty()) return;
+  if (++hosts_[key].failures >= 2) blacklist(key, name, "failed twice");
+}
+
+void Rounds::blacklist(const std::string &key, const std::string &name, const char *why) {
+  HostRecord &record = hosts_[key];
+  record.failures = 0;
+  record.times_blacklisted += 1;
+  if (config_.blacklist_cooldown_max <= 0) {
+    record.blacklisted_until = LLONG_MAX;
+    fprintf(stderr, "perseusrun: host %s %s: blacklisted for the rest of the job\n", name.c_str(),
+            why);
+    return;
+  }
+  long long seconds = config_.blacklist_cooldown_min;
+  for (int i = 1; i < record.times_blacklisted && seconds < config_.blacklist_cooldown_max; ++i) {
+    seconds *= 2;
+  }
+  seconds = std::min<long long>(std::max<long long>(seconds, 1), config_.blacklist_cooldown_max);
+  record.blacklisted_until = monotonic_ms() + seconds * 1000;
+  fprintf(stderr, "perseusrun: host %s %s: blacklisted for %lld s\n", name.c_str(), why, seconds);
+}
+
+std::vector<HostSpec> Rounds::usable_discovered(std::string *problem) {
+  std::vector<HostSpec> hosts;
+  try {
+    hosts = discover_hosts(config_.host_discovery_script);
+  } catch (const std::exception &error) {
+    *problem = error.what();
+    return {};
+  }
+  const long long now = monotonic_ms();
+  hosts.erase(std::remove_if(hosts.begin(), hosts.end(),
+                             [&](const HostSpec &spec) {
+                               const std::string key = host_key(spec.user, spec.host);
+                               return !usable(key, now) || round_.lost_hosts.count(key);
+                             }),
+              hosts.end());
+  return hosts;
+}
+
+long long Rounds::room(const std::vector<HostSpec> &hosts) const {
+  long long slots = 0;
+  std::set<std::string> seen;
+  for (const HostSpec &spec : hosts) {
+    if (config_.npernode) {
+      if (seen.insert(host_key(spec.user, spec.host)).second) slots += config_.npernode;
+    } else {
+      slots += spec.slots.value_or(1);
+    }
+  }
+  return slots;
+}
+
+// The most ranks a round may run: -np in the first round (horovodrun's starting size), else
+// --max-np; no limit without them.
+long long Rounds::cap(bool first) const {
+  if (first && config_.np) return config_.np;
+  return config_.max_np ? config_.max_np : LLONG_MAX;
+}
+
+bool Rounds::choose_hosts() {
+  // horovodrun's: --min-np defaults to -np.
+  const long long fewest = config_.min_np ? config_.min_np : std::max(1, config_.np);
+  const long long give_up =
+      monotonic_ms() + static_cast<long long>(config_.elastic_timeout_seconds * 1000);
   for (;;) {
+    std::string problem;
+    std::vector<HostSpec> hosts = usable_discovered(&problem);
+    const long long ranks = std::min(room(hosts), cap(round_.restart == 0));
+    if (problem.empty() && ranks >= fewest) {
+      round_.mentions = std::move(hosts);
+      round_.np = static_cast<int>(ranks);
+      return true;
+    }
+    if (!problem.empty() && problem != last_discovery_problem_) {
+      fprintf(stderr, "perseusrun: warning: %s; trying again\n", problem.c_str());
+    }
+    last_discovery_problem_ = problem;
+    if (monotonic_ms() >= give_up || pending_signal()) {
+      fprintf(stderr,
+              "perseusrun: error: %lld ranks' worth of usable hosts after --elastic-timeout %g "
+              "s, fewer than --min-np %lld%s; ending the job\n",
+              std::max(0LL, ranks), config_.elastic_timeout_seconds, fewest,
+              problem.empty() ? "" : (" (" + problem + ")").c_str());
+      return false;
+    }
+    usleep(kDiscoveryWaitMs * 1000);
+  }
+}
+
+std::optional<std::string> Rounds::resize_reason(const std::set<std::string> &keys, size_t ranks) {
+  std::string problem;
+  const std::vector<HostSpec> hosts = usable_discovered(&problem);
+  if (!problem.empty()) {
+    if (problem != last_discovery_problem_) {
+      fprintf(stderr, "perseusrun: warning: %s; the job goes on with its hosts\n", problem.c_str());
+    }
+    last_discovery_problem_ = problem;
+    return std::nullopt;
+  }
+  last_discovery_problem_.clear();
+  std::set<std::string> found;
+  std::string added;
+  for (const HostSpec &spec : hosts) {
+    const std::string key = host_key(spec.user, spec.host);
+    if (found.insert(key).second && !keys.count(key))
+      added += (added.empty() ? "" : ", ") + spec.host;
+  }
+  std::string removed;
+  for (const std::string &key : keys) {
+    if (!found.count(key)) removed += (removed.empty() ? "" : ", ") + key;
+  }
+  if (!removed.empty()) return "hosts gone from --host-discovery-script's output: " + removed;
+  const long long slots = room(hosts);
+  const long long now = static_cast<long long>(ranks);
+  if (slots > now && now < cap(false)) {
+    if (!added.empty()) return "hosts added by --host-discovery-script: " + added;
+    return "--host-discovery-script lists " + std::to_string(slots) + " slots, the job runs " +
+           std::to_string(now) + " ranks";
+  }
+  return std::nullopt;
+}
+
+int Rounds::run() {
+  int exit_code = kExitSuccess;
+  if (elastic_) {
+    round_.resize_check = [this](const std::set<std::string> &keys, size_t ranks) {
+      return resize_reason(keys, ranks);
+    };
+  }
+  for (;;) {
+    if (elastic_ && !choose_hosts()) {
+      exit_code = resets_.empty() ? kExitLaunchFailure : exit_code;
+      break;
+    }
     RoundEnd end;
     try {
-      end = Launcher(config, round).run();
+      end = Launcher(config_, round_).run();
     } catch (const std::exception &error) {
-      if (round.restart == 0) throw;  // nothing has run: the usual launch error
+      if (round_.restart == 0) throw;  // nothing has run: the usual launch error
       // A restart that cannot start (too few hosts left, a host unreachable now): the job ends
       // with the failure that asked for the restart.
       fprintf(stderr,
-              "perseusrun: error: restart %d could not start: %s; the job ends with exit code %d\n",
-              round.restart, error.what(), exit_code);
+              "perseusrun: error: restart %d could not start: %s; the job ends with exit code "
+              "%d\n",
+              round_.restart, error.what(), exit_code);
       break;
     }
-    if (!resets.empty() && !resets.back().resumed_at_ms) {
-      resets.back().resumed_at_ms = end.started_at_ms;
+    if (!resets_.empty() && !resets_.back().resumed_at_ms) {
+      resets_.back().resumed_at_ms = end.started_at_ms;
     }
     exit_code = end.exit_code;
-    if (!end.restartable || round.restart >= config.max_restarts || pending_signal()) break;
-    round.restart += 1;
-    for (const std::string &key : end.lost_hosts) round.lost_hosts.insert(key);
-    fprintf(stderr, "perseusrun: restarting every rank (restart %d of %d) after: %s%s\n",
-            round.restart, config.max_restarts, end.why.c_str(),
-            end.lost_names.empty() ? "" : ("; leaving out " + end.lost_names).c_str());
-    resets.push_back({std::move(end), 0});
-  }
-  if (!resets.empty()) {
-    std::string summary = "perseusrun: " + std::to_string(resets.size()) + " restart" +
-                          (resets.size() == 1 ? "" : "s") + ":\n";
-    for (size_t i = 0; i < resets.size(); ++i) {
-      const Reset &reset = resets[i];
-      summary += "perseusrun:   " + std::to_string(i + 1) + ". at " +
-                 seconds_text(reset.end.failed_at_ms - start) + ": " + reset.end.why;
-      if (!reset.end.lost_names.empty()) summary += "; lost: " + reset.end.lost_names;
-      summary += reset.resumed_at_ms
-                     ? "; stopped " + seconds_text(reset.resumed_at_ms - reset.end.failed_at_ms) +
-                           " (until every rank of the next round had started)"
-                     : "; the next round did not start every rank";
-      summary += "\n";
+    if (!end.restartable || pending_signal()) break;
+    if (!end.resized) {
+      if (failure_restarts_ >= failure_cap_) break;
+      failure_restarts_ += 1;
     }
-    fputs(summary.c_str(), stderr);
+    if (config_.reset_limit >= 0 && static_cast<int>(resets_.size()) >= config_.reset_limit) {
+      fprintf(stderr, "perseusrun: --reset-limit %d reached; the job ends\n", config_.reset_limit);
+      break;
+    }
+    round_.restart += 1;
+    // A lost host is left out: in elastic mode blacklisted (it may come back after the
+    // cool-down), else for the rest of the job. A host whose rank failed first is blacklisted
+    // in elastic mode at its second failure.
+    for (const std::string &key : end.lost_hosts) {
+      if (elastic_) {
+        blacklist(key, key, "was lost");
+      } else {
+        round_.lost_hosts.insert(key);
+      }
+    }
+    if (end.lost_hosts.empty()) count_failure(end.failed_host, end.failed_host);
+    fprintf(
+        stderr, "perseusrun: restarting every rank (restart %d%s) after: %s%s\n", round_.restart,
+        end.resized || failure_cap_ == INT_MAX ? ""
+                                               : (" of " + std::to_string(failure_cap_)).c_str(),
+        end.why.c_str(), end.lost_names.empty() ? "" : ("; leaving out " + end.lost_names).c_str());
+    resets_.push_back({std::move(end), 0});
+    if (elastic_) exit_code = kExitSuccess;
   }
+  print_resets();
   return exit_code;
 }
+
+void Rounds::print_resets() const {
+  if (resets_.empty()) return;
+  std::string summary = "perseusrun: " + std::to_string(resets_.size()) + " restart" +
+                        (resets_.size() == 1 ? "" : "s") + ":\n";
+  for (size_t i = 0; i < resets_.size(); ++i) {
+    const Reset &reset = resets_[i];
+    summary += "perseusrun:   " + std::to_string(i + 1) + ". at " +
+               seconds_text(reset.end.failed_at_ms - start_) + ": " + reset.end.why;
+    if (!reset.end.lost_names.empty()) summary += "; lost: " + reset.end.lost_names;
+    summary += reset.resumed_at_ms
+                   ? "; stopped " + seconds_text(reset.resumed_at_ms - reset.end.failed_at_ms) +
+                         " (until every rank of the next round had started)"
+                   : "; the next round did not start every rank";
+    summary += "\n";
+  }
+  fputs(summary.c_str(), stderr);
+}
+
+}  // namespace
+
+int run_launcher(const LaunchConfig &config) { return Rounds(config).run(); }
 
 }  // namespace perseus::launch
