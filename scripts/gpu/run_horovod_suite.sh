@@ -12,17 +12,7 @@
 # Writes $OUT/conformance_npN.txt, $OUT/horovod_torch_gpu.{txt,json} and the logs of the tests
 # that did not pass under $OUT/suite_logs/. Exit: 0 when every part passed.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu_out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/.device/lib:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
-if [ -d .device/bin ]; then
-  mkdir -p build/apps/perseusrun build/lib/comm
-  [ -x build/apps/perseusrun/perseusrun ] || cp .device/bin/perseusrun build/apps/perseusrun/
-  [ -e build/lib/comm/libperseus.so ] || cp .device/lib/libperseus.so build/lib/comm/
-fi
-run=build/apps/perseusrun/perseusrun
+source "$(dirname "$0")/device_env.sh"
 status=0
 parts=${PARTS:-conformance suite}
 {

@@ -11,17 +11,7 @@
 # Writes $OUT/multirank_h200.txt and $OUT/sim_allreduce_2x1.txt (+ .json). Exit: 0 when every
 # check passed.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu_out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/.device/lib:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
-if [ -d .device/bin ]; then
-  mkdir -p build/apps/perseusrun build/lib/comm
-  [ -x build/apps/perseusrun/perseusrun ] || cp .device/bin/perseusrun build/apps/perseusrun/
-  [ -e build/lib/comm/libperseus.so ] || cp .device/lib/libperseus.so build/lib/comm/
-fi
-run=build/apps/perseusrun/perseusrun
+source "$(dirname "$0")/device_env.sh"
 status=0
 check() {  # check SIZES EXPECT ANNOUNCEMENT [VAR=value...]
   local sizes=$1 expect=$2 announcement=$3

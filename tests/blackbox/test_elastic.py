@@ -14,6 +14,7 @@ import pytest
 from conftest import PY
 from test_restarts import restart_summary, rounds
 from test_ssh import ssh_env, wait_hosts_clean
+from test_ssh_faults import hosts  # noqa: F401 - the fixture
 
 # Each round's ranks record their place; rank 0 of round 0 waits for the test's signal (a file)
 # so that the round outlives the discovery change.
@@ -70,7 +71,7 @@ def test_max_np_caps_the_growth(launcher):
 def test_a_failure_restarts_and_reset_limit_ends_it(launcher):
     script, _ = discovery(launcher, "localhost:2\n")
     res = launcher.run(["--host-discovery-script", script, "--reset-limit", "1", PY,
-                        launcher.prog(RECORD + "sleep_for(0.3)\nsys.exit(6 if RANK == 1 else 0)\n")])
+                        launcher.prog(RECORD + "sleep_for(1)\nsys.exit(6 if RANK == 1 else 0)\n")])
     assert res.rc == 6, str(res)
     assert sorted(rounds(launcher)) == [0, 1], str(res)
     assert any("--reset-limit 1 reached" in l for l in res.own_messages()), str(res)
@@ -82,7 +83,7 @@ def test_a_host_failing_twice_is_blacklisted_for_the_cool_down(launcher):
     script, _ = discovery(launcher, "localhost:2\n")
     t0 = time.monotonic()
     res = launcher.run(["--host-discovery-script", script, "--blacklist-cooldown-range", "2", "30",
-                        PY, launcher.prog(RECORD + "sleep_for(0.3)\n"
+                        PY, launcher.prog(RECORD + "sleep_for(1)\n"
                                           "sys.exit(6 if RANK == 1 and n < 2 else 0)\n")])
     took = time.monotonic() - t0
     assert res.rc == 0, str(res)
@@ -155,15 +156,6 @@ def test_bad_elastic_options(launcher, args, message):
 
 # ---- across the SSH test hosts -----------------------------------------------------------
 
-@pytest.fixture
-def hosts(launcher, test_hosts):
-    yield test_hosts
-    for i in range(test_hosts.count):
-        test_hosts.set_link(i, True)
-    launcher.cleanup()
-    test_hosts.kill_leftovers()
-
-
 def test_a_host_added_joins_and_a_host_failing_twice_is_blacklisted(launcher, hosts):
     """Two hosts listed, then the third added: the job restarts on 3 x 2 ranks. There the ranks
     of the third host (node 2) fail in two rounds in a row: it is blacklisted and the job ends
@@ -172,7 +164,7 @@ def test_a_host_added_joins_and_a_host_failing_twice_is_blacklisted(launcher, ho
     script, write = discovery(launcher, "%s:2\n%s:2\n" % (a[0], a[1]))
     body = (RECORD +
             "if n == 0:\n    sleep_for(60)\n"
-            "if os.environ['PERSEUS_NODE_RANK'] == '2':\n    sys.exit(9)\n"
+            "if os.environ['PERSEUS_NODE_RANK'] == '2':\n    sleep_for(1.5)\n    sys.exit(9)\n"
             "sleep_for(1)\n")
     p = launcher.start(["--host-discovery-script", script, "--heartbeat-timeout", "3", PY,
                         launcher.prog(body), launcher.marker], env=ssh_env(launcher, hosts.home))
