@@ -39,7 +39,11 @@ def main():
     args = parser.parse_args()
     # The test hosts are network namespaces of one machine with one host name: torch's Gloo
     # would resolve that name to another namespace's address, so it is told the interface.
-    nets = [i for i in os.listdir("/sys/class/net") if i != "lo"]
+    def up(name):
+        with open("/sys/class/net/%s/operstate" % name) as f:
+            return f.read().strip() == "up"
+
+    nets = sorted(i for i in os.listdir("/sys/class/net") if i != "lo" and up(i))
     if nets and "GLOO_SOCKET_IFNAME" not in os.environ:
         os.environ["GLOO_SOCKET_IFNAME"] = nets[0]
     torch.set_num_threads(1)
