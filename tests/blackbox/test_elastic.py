@@ -93,6 +93,34 @@ def test_a_host_failing_twice_is_blacklisted_for_the_cool_down(launcher):
     assert took >= 2, took
 
 
+def test_no_hosts_left_after_failures_end_with_the_failures_code(launcher):
+    # Rank 1 fails twice: localhost is blacklisted for good, no host is left, and after
+    # --elastic-timeout the job ends with the failure's exit code.
+    script, _ = discovery(launcher, "localhost:2\n")
+    res = launcher.run(["--host-discovery-script", script, "--elastic-timeout", "1", PY,
+                        launcher.prog(RECORD + "sleep_for(1)\nsys.exit(7 if RANK == 1 else 0)\n")])
+    assert res.rc == 7, str(res)
+    assert sorted(rounds(launcher)) == [0, 1], str(res)
+    said = res.own_messages()
+    assert any("blacklisted for the rest of the job" in l for l in said), str(res)
+    assert any("--elastic-timeout 1" in l for l in said), str(res)
+
+
+def test_a_slow_discovery_script_does_not_hold_up_the_job(launcher):
+    # The script takes 3 s, the heartbeats are due every 0.2 s (--heartbeat-timeout 1): it runs
+    # beside the launcher's loop, so no host is taken for lost while it runs.
+    hosts = launcher.tmp / "hosts"
+    hosts.write_text("localhost:2\n")
+    script = launcher.tmp / "slow.sh"
+    script.write_text("#!/bin/sh\nsleep 3\ncat %s\n" % hosts)
+    script.chmod(0o755)
+    res = launcher.run(["--host-discovery-script", str(script), "--heartbeat-timeout", "1", PY,
+                        launcher.prog(RECORD + "sleep_for(5)\n")], timeout=60)
+    assert res.rc == 0, str(res)
+    assert sorted(rounds(launcher)) == [0], str(res)
+    assert not any("lost" in l for l in res.own_messages()), str(res)
+
+
 def test_too_few_hosts_end_the_job_after_the_elastic_timeout(launcher):
     script, _ = discovery(launcher, "localhost:1\n")
     t0 = time.monotonic()

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <optional>
 #include <random>
@@ -141,17 +142,38 @@ std::string describe_exit(const RankExited &exited, const std::string &host) {
          signal_name(exited.signal) + ")";
 }
 
+// What one run of --host-discovery-script gave: its hosts, or why it gave none.
+struct Discovered {
+  std::vector<HostSpec> hosts;
+  std::string problem;  // empty: it ran and printed hosts (or none)
+};
+
+Discovered run_discovery(const std::string &script) {
+  Discovered found;
+  try {
+    found.hosts = discover_hosts(script);
+  } catch (const std::exception &error) {
+    found.problem = error.what();
+  }
+  return found;
+}
+
 // One round of a job: the first, or a restart of every rank after a failure (--max-restarts).
 struct Round {
   int restart = 0;                   // 0: the first round
   std::set<std::string> lost_hosts;  // host keys lost in earlier rounds: left out
   long long deadline_ms = 0;         // --timeout's end, the same for every round; 0: none
-  // Elastic mode (--host-discovery-script): the round's hosts and ranks, chosen beforehand,
-  // and what ends the round when the discovered hosts change (the reason, or nothing), asked
-  // every kDiscoveryIntervalMs with the round's host keys and number of ranks.
+  // Elastic mode (--host-discovery-script): the round's hosts and ranks, chosen beforehand;
+  // the script, which runs on a thread of its own every kDiscoveryIntervalMs while the round
+  // runs (so that a slow one never holds up the poll loop and its heartbeats); and what ends the
+  // round when the hosts it printed (or its failure) call for it: the reason, or nothing, given
+  // the round's host keys and number of ranks.
   std::vector<HostSpec> mentions;
   int np = 0;
-  std::function<std::optional<std::string>(const std::set<std::string> &, size_t)> resize_check;
+  std::string discovery_script;
+  std::function<std::optional<std::string>(const Discovered &, const std::set<std::string> &,
+                                           size_t)>
+      resize_check;
 };
 
 // How a round ended: what run_launcher needs to decide on a restart and to report it.
@@ -249,6 +271,7 @@ class Launcher {
   std::string failed_host_;
   bool resized_ = false;
   long long next_discovery_ms_ = 0;
+  std::future<Discovered> discovery_;  // the discovery script's run in progress, if one is
   size_t started_ranks_ = 0;
   long long started_at_ms_ = 0;
 };
@@ -352,9 +375,18 @@ void Launcher::fit_to_hosts(const std::vector<HostSpec> &mentions, const BareSlo
 // Elastic mode: when the discovery script's hosts have changed so that the job should run on
 // another set of hosts, the round ends (the ranks get SIGTERM, as at any end) and another starts.
 void Launcher::check_hosts() {
+  const long long now = monotonic_ms();
+  if (!discovery_.valid()) {
+    if (now < next_discovery_ms_) return;
+    discovery_ = std::async(std::launch::async, run_discovery, round_.discovery_script);
+    return;
+  }
+  if (discovery_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  const Discovered found = discovery_.get();
+  next_discovery_ms_ = now + kDiscoveryIntervalMs;
   std::set<std::string> keys(agent_order_.begin(), agent_order_.end());
   const std::optional<std::string> reason =
-      round_.resize_check(keys, static_cast<size_t>(plan_.placement.size()));
+      round_.resize_check(found, keys, static_cast<size_t>(plan_.placement.size()));
   if (!reason) return;
   resized_ = true;
   note_failure(*reason);
@@ -523,10 +555,7 @@ void Launcher::loop() {
       say(message);
       end_job(config_.kill_grace_seconds);
     }
-    if (round_.resize_check && !ending_ && now >= next_discovery_ms_) {
-      check_hosts();
-      next_discovery_ms_ = monotonic_ms() + kDiscoveryIntervalMs;
-    }
+    if (round_.resize_check && !ending_) check_hosts();
     if (ending_ && now >= give_up_at_ms_) {
       say("perseusrun: error: agents did not end the job in time; killing them");
       for (auto &[key, agent] : agents_) agent.link->kill();
@@ -915,10 +944,11 @@ class Rounds {
   // Elastic mode: the next round's hosts and ranks, waiting up to --elastic-timeout for hosts
   // enough for --min-np ranks. False (with the message said) when they do not come.
   bool choose_hosts();
-  std::vector<HostSpec> usable_discovered(std::string *problem);
+  std::vector<HostSpec> usable(Discovered found) const;
   long long room(const std::vector<HostSpec> &hosts) const;
   long long cap(bool first) const;
-  std::optional<std::string> resize_reason(const std::set<std::string> &keys, size_t ranks);
+  std::optional<std::string> resize_reason(const Discovered &found,
+                                           const std::set<std::string> &keys, size_t ranks);
   void print_resets() const;
 
   const LaunchConfig &config_;
@@ -926,6 +956,7 @@ class Rounds {
   bool elastic_ = false;
   int failure_cap_ = 0;
   int failure_restarts_ = 0;
+  int last_failure_code_ = 0;  // the exit code of the last failure that asked for a restart
   Round round_;
   std::map<std::string, HostRecord> hosts_;
   std::vector<Reset> resets_;
@@ -963,14 +994,9 @@ void Rounds::blacklist(const std::string &key, const std::string &name, const ch
   fprintf(stderr, "perseusrun: host %s %s: blacklisted for %lld s\n", name.c_str(), why, seconds);
 }
 
-std::vector<HostSpec> Rounds::usable_discovered(std::string *problem) {
-  std::vector<HostSpec> hosts;
-  try {
-    hosts = discover_hosts(config_.host_discovery_script);
-  } catch (const std::exception &error) {
-    *problem = error.what();
-    return {};
-  }
+// The hosts the script found that are not blacklisted.
+std::vector<HostSpec> Rounds::usable(Discovered found) const {
+  std::vector<HostSpec> hosts = std::move(found.hosts);
   const long long now = monotonic_ms();
   hosts.erase(std::remove_if(hosts.begin(), hosts.end(),
                              [&](const HostSpec &spec) {
@@ -1007,8 +1033,9 @@ bool Rounds::choose_hosts() {
   const long long give_up =
       monotonic_ms() + static_cast<long long>(config_.elastic_timeout_seconds * 1000);
   for (;;) {
-    std::string problem;
-    std::vector<HostSpec> hosts = usable_discovered(&problem);
+    const Discovered found = run_discovery(config_.host_discovery_script);
+    const std::string &problem = found.problem;
+    std::vector<HostSpec> hosts = usable(found);
     const long long ranks = std::min(room(hosts), cap(round_.restart == 0));
     if (problem.empty() && ranks >= fewest) {
       round_.mentions = std::move(hosts);
@@ -1031,9 +1058,10 @@ bool Rounds::choose_hosts() {
   }
 }
 
-std::optional<std::string> Rounds::resize_reason(const std::set<std::string> &keys, size_t ranks) {
-  std::string problem;
-  const std::vector<HostSpec> hosts = usable_discovered(&problem);
+std::optional<std::string> Rounds::resize_reason(const Discovered &found,
+                                                 const std::set<std::string> &keys, size_t ranks) {
+  const std::string &problem = found.problem;
+  const std::vector<HostSpec> hosts = usable(found);
   if (!problem.empty()) {
     if (problem != last_discovery_problem_) {
       fprintf(stderr, "perseusrun: warning: %s; the job goes on with its hosts\n", problem.c_str());
@@ -1042,16 +1070,16 @@ std::optional<std::string> Rounds::resize_reason(const std::set<std::string> &ke
     return std::nullopt;
   }
   last_discovery_problem_.clear();
-  std::set<std::string> found;
+  std::set<std::string> listed;
   std::string added;
   for (const HostSpec &spec : hosts) {
     const std::string key = host_key(spec.user, spec.host);
-    if (found.insert(key).second && !keys.count(key))
+    if (listed.insert(key).second && !keys.count(key))
       added += (added.empty() ? "" : ", ") + spec.host;
   }
   std::string removed;
   for (const std::string &key : keys) {
-    if (!found.count(key)) removed += (removed.empty() ? "" : ", ") + key;
+    if (!listed.count(key)) removed += (removed.empty() ? "" : ", ") + key;
   }
   if (!removed.empty()) return "hosts gone from --host-discovery-script's output: " + removed;
   const long long slots = room(hosts);
@@ -1067,13 +1095,13 @@ std::optional<std::string> Rounds::resize_reason(const std::set<std::string> &ke
 int Rounds::run() {
   int exit_code = kExitSuccess;
   if (elastic_) {
-    round_.resize_check = [this](const std::set<std::string> &keys, size_t ranks) {
-      return resize_reason(keys, ranks);
-    };
+    round_.discovery_script = config_.host_discovery_script;
+    round_.resize_check = [this](const Discovered &found, const std::set<std::string> &keys,
+                                 size_t ranks) { return resize_reason(found, keys, ranks); };
   }
   for (;;) {
     if (elastic_ && !choose_hosts()) {
-      exit_code = resets_.empty() ? kExitLaunchFailure : exit_code;
+      exit_code = last_failure_code_ ? last_failure_code_ : kExitLaunchFailure;
       break;
     }
     RoundEnd end;
@@ -1093,6 +1121,7 @@ int Rounds::run() {
       resets_.back().resumed_at_ms = end.started_at_ms;
     }
     exit_code = end.exit_code;
+    if (!end.resized && end.exit_code != kExitSuccess) last_failure_code_ = end.exit_code;
     if (!end.restartable || pending_signal()) break;
     if (!end.resized) {
       if (failure_restarts_ >= failure_cap_) break;
@@ -1120,7 +1149,6 @@ int Rounds::run() {
                                                : (" of " + std::to_string(failure_cap_)).c_str(),
         end.why.c_str(), end.lost_names.empty() ? "" : ("; leaving out " + end.lost_names).c_str());
     resets_.push_back({std::move(end), 0});
-    if (elastic_) exit_code = kExitSuccess;
   }
   print_resets();
   return exit_code;
