@@ -279,6 +279,22 @@ def test_missing_library_is_a_clear_error():
     assert "error: could not load libperseus" in proc.stdout, show(proc)
 
 
+def test_elastic_api_is_refused_by_name():
+    # hvd.elastic is not built yet: a Horovod elastic script is told so (and what to do instead)
+    # when it decorates its training function, instead of an AttributeError.
+    code = ("import perseus.torch.horovod as hvd\n"
+            "try:\n    hvd.elastic.run(lambda state: None)\n"
+            "except NotImplementedError as e:\n    print('refused:', e)\n"
+            "try:\n    hvd.elastic.TorchState(model=None)\n"
+            "except NotImplementedError as e:\n    print('refused:', e)\n")
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=clean_env())
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("refused:")]
+    assert len(lines) == 2, show(proc)
+    assert "elastic.run" in lines[0] and "--max-restarts" in lines[0], show(proc)
+    assert "TorchState" in lines[1], show(proc)
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_horovod_conformance(n):
     # Shapes that differ between ranks are refused everywhere and the job goes on; a name in
