@@ -7,6 +7,7 @@ resume from their own checkpoints, as under torchrun.)"""
 
 import json
 import os
+import signal
 import time
 
 import pytest
@@ -144,6 +145,16 @@ def test_the_job_waits_for_hosts_to_come(launcher):
     res = launcher.finish(p, timeout=30)
     assert res.rc == 0, str(res)
     assert sorted(rounds(launcher)[0]) == [0, 1], str(res)
+
+
+def test_a_signal_while_waiting_for_hosts_ends_the_job(launcher):
+    script, _ = discovery(launcher, "")
+    p = launcher.start(["--host-discovery-script", script, "-np", "2", PY, launcher.prog("pass")])
+    time.sleep(1.5)
+    p.send_signal(signal.SIGTERM)
+    res = launcher.finish(p, timeout=15)
+    assert res.rc == 128 + signal.SIGTERM, str(res)
+    assert any("got SIGTERM while waiting for hosts" in l for l in res.own_messages()), str(res)
 
 
 def test_a_discovery_script_that_fails_is_named(launcher):

@@ -957,6 +957,7 @@ class Rounds {
   int failure_cap_ = 0;
   int failure_restarts_ = 0;
   int last_failure_code_ = 0;  // the exit code of the last failure that asked for a restart
+  int signal_ = 0;             // a signal that came while waiting for hosts
   Round round_;
   std::map<std::string, HostRecord> hosts_;
   std::vector<Reset> resets_;
@@ -1046,7 +1047,12 @@ bool Rounds::choose_hosts() {
       fprintf(stderr, "perseusrun: warning: %s; trying again\n", problem.c_str());
     }
     last_discovery_problem_ = problem;
-    if (monotonic_ms() >= give_up || pending_signal()) {
+    if ((signal_ = pending_signal())) {
+      fprintf(stderr, "perseusrun: got %s while waiting for hosts; ending the job\n",
+              signal_name(signal_).c_str());
+      return false;
+    }
+    if (monotonic_ms() >= give_up) {
       fprintf(stderr,
               "perseusrun: error: %lld ranks' worth of usable hosts after --elastic-timeout %g "
               "s, fewer than --min-np %lld%s; ending the job\n",
@@ -1094,6 +1100,9 @@ std::optional<std::string> Rounds::resize_reason(const Discovered &found,
 
 int Rounds::run() {
   int exit_code = kExitSuccess;
+  // From here on SIGINT, SIGTERM and SIGHUP wait to be read: by each round's Launcher, and in
+  // between (waiting for hosts, before a restart) by pending_signal().
+  block_signals();
   if (elastic_) {
     round_.discovery_script = config_.host_discovery_script;
     round_.resize_check = [this](const Discovered &found, const std::set<std::string> &keys,
@@ -1101,7 +1110,9 @@ int Rounds::run() {
   }
   for (;;) {
     if (elastic_ && !choose_hosts()) {
-      exit_code = last_failure_code_ ? last_failure_code_ : kExitLaunchFailure;
+      exit_code = signal_              ? 128 + signal_
+                  : last_failure_code_ ? last_failure_code_
+                                       : kExitLaunchFailure;
       break;
     }
     RoundEnd end;
