@@ -39,6 +39,8 @@ constexpr const char *kExamples = R"(Examples:
   perseusrun -allow-run-as-root -bind-to none -np 8 -npernode 8 -x NCCL_DEBUG=INFO -x PATH \
              -hostfile mpi_host.txt ./train.sh
   perseusrun -np 4 --output-filename logs -- python -u train.py --epochs 3
+  perseusrun -np 16 -H a:8,b:8 --max-restarts 3 python train.py      # restart on failure
+  perseusrun -np 8 --min-np 4 --max-np 16 --host-discovery-script ./hosts.sh python train.py
 
 Each rank gets the variables of mpirun, torchrun and horovodrun (RANK, LOCAL_RANK,
 OMPI_COMM_WORLD_RANK, HOROVOD_RANK, MASTER_ADDR, ...), and its output lines are tagged
