@@ -610,8 +610,9 @@ def _submit(fn, what, keep, *args, shape=None, key=None):
     if _orphans:
         _release_finished_orphans()
     if shape is not None:
-        check(_lib.perseus_next_shape(_shape_array(shape), len(shape)),
-              "perseus_next_shape for %s" % what)
+        rc = _lib.perseus_next_shape(_shape_array(shape), len(shape))
+        if rc < 0:  # `what` is made into text only here: it costs a microsecond or two
+            raise error(rc, "perseus_next_shape for %s" % what)
     handle = ctypes.c_void_p()
     rc = fn(*args, ctypes.byref(handle))
     if rc < 0:
