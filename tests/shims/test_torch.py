@@ -279,6 +279,39 @@ def test_missing_library_is_a_clear_error():
     assert "error: could not load libperseus" in proc.stdout, show(proc)
 
 
+def test_import_perseus_makes_other_ranks_wait_for_rank_0s_store():
+    # torch's TCPStore client retries a refused connection only a second later; after
+    # `import perseus` the env:// rendezvous of a rank other than 0 first waits, looking every few
+    # milliseconds, until MASTER_PORT takes a connection (rank 0 does not wait).
+    code = r"""
+import os, socket, threading, time
+import perseus, torch
+import sys, torch.distributed
+rendezvous = sys.modules["torch.distributed.rendezvous"]
+from perseus import _ddp
+print("patched", getattr(rendezvous._rendezvous_handlers["env"], "_perseus_patched", False))
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(server.getsockname()[1]))
+accepted = []
+def listen_later():
+    time.sleep(0.3)
+    server.listen(4)
+    accepted.append(server.accept()[0])
+threading.Thread(target=listen_later, daemon=True).start()
+os.environ["RANK"] = "0"
+_ddp._wait_for_master("env://", None)
+print("rank 0 connected", bool(accepted))
+_ddp._wait_for_master("env://?rank=1&world_size=2", None)
+time.sleep(0.1)
+print("rank 1 connected", bool(accepted))
+"""
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=clean_env())
+    assert proc.stdout.split("\n")[:3] == ["patched True", "rank 0 connected False",
+                                           "rank 1 connected True"], show(proc)
+
+
 def test_elastic_api_is_refused_by_name():
     # hvd.elastic is not built yet: a Horovod elastic script is told so (and what to do instead)
     # when it decorates its training function, instead of an AttributeError.

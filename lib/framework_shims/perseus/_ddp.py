@@ -15,9 +15,12 @@ path to the class (torch.nn.parallel.DistributedDataParallel, the module's name,
   model's process group is not the whole job, or the model is on CUDA and libperseus has no NCCL.
 """
 import importlib.abc
+import os
 import queue
+import socket
 import sys
 import threading
+import time
 
 from perseus import _contract, _native
 
@@ -109,6 +112,61 @@ def _patch(module):
             return original_builtin(self, comm_hook_type)
         cls._register_builtin_comm_hook = _register_builtin_comm_hook
     cls._perseus_patched = True
+    _patch_env_rendezvous()
+
+
+# ---- torch.distributed's env:// rendezvous --------------------------------------------------
+# Under a launcher whose rank 0 serves torch's store (perseusrun, mpirun), a rank that reaches
+# init_process_group before rank 0 has bound MASTER_PORT is refused, and torch's TCPStore client
+# tries again only a second later: measured under perseusrun on 2 ranks, init_process_group took
+# 1.01 s in 4 jobs of 6, 0.01 s in the others (bench/RESULTS.md). So the other ranks first wait
+# here, looking every few milliseconds, until MASTER_PORT takes a connection; then torch's own
+# connection succeeds at its first try. (torchrun's agent serves the store before its workers
+# start, so they never wait.)
+
+_POLL_SECONDS = 0.005
+_WAIT_AT_MOST = 60.0  # then torch's own retries and timeout take over
+
+
+def _rank_of(url):
+    from urllib.parse import parse_qs, urlparse
+    query = parse_qs(urlparse(url).query)
+    value = (query.get("rank") or [os.environ.get("RANK", "")])[0]
+    return int(value) if str(value).lstrip("-").isdigit() else None
+
+
+def _wait_for_master(url, timeout):
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" or _rank_of(url) in (None, 0):
+        return
+    address, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if not address or not port.isdigit():
+        return  # torch's handler names what is missing
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else _WAIT_AT_MOST
+    deadline = time.monotonic() + min(seconds, _WAIT_AT_MOST)
+    while True:
+        try:
+            socket.create_connection((address, int(port)), timeout=1.0).close()
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(_POLL_SECONDS)
+
+
+def _patch_env_rendezvous():
+    module = sys.modules.get("torch.distributed.rendezvous")
+    handlers = getattr(module, "_rendezvous_handlers", None)
+    original = handlers.get("env") if isinstance(handlers, dict) else None
+    if original is None or getattr(original, "_perseus_patched", False):
+        return
+
+    def env_handler(url, *args, **kwargs):
+        timeout = kwargs.get("timeout", args[0] if args else None)
+        _wait_for_master(url, timeout)
+        return original(url, *args, **kwargs)
+
+    env_handler._perseus_patched = True
+    handlers["env"] = env_handler
 
 
 def _init_here():
