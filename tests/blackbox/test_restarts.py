@@ -174,11 +174,12 @@ def test_lost_host_restarts_on_the_hosts_left(launcher, hosts):
     assert wait_hosts_clean(hosts, 15) == {}
 
 
-def test_ddp_script_resumes_from_its_checkpoint_after_a_lost_host(launcher, hosts):
+@pytest.mark.parametrize("loss", ["killed", "link down"])
+def test_ddp_script_resumes_from_its_checkpoint_after_a_lost_host(launcher, hosts, loss):
     """A plain DDP script with `import perseus` that checkpoints each epoch (ddp_resume.py):
-    the third host's processes are SIGKILLed mid-training; the job restarts with 4 ranks, resumes
-    from the last checkpoint, does every epoch asked, and ends with the same parameters on
-    every rank."""
+    mid-training the third host's processes are SIGKILLed, or its link goes down; the job
+    restarts with 4 ranks, resumes from the last checkpoint, does every epoch asked, and ends
+    with the same parameters on every rank."""
     pytest.importorskip("torch")
     if os.environ.get("PERSEUS_TESTS_SANITIZED"):
         pytest.skip("a sanitizer build: Python cannot load a libperseus built with "
@@ -196,12 +197,19 @@ def test_ddp_script_resumes_from_its_checkpoint_after_a_lost_host(launcher, host
     while not (report / "epoch.2").exists():  # two epochs checkpointed
         assert p.poll() is None and time.monotonic() < deadline, str(launcher._result(p))
         time.sleep(0.1)
-    for pid in job_processes_on(hosts, 2):
+    if loss == "killed":
+        for pid in job_processes_on(hosts, 2):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        res = launcher.finish(p, timeout=120)
+    else:
+        hosts.set_link(2, False)
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    res = launcher.finish(p, timeout=120)
+            res = launcher.finish(p, timeout=120)
+        finally:
+            hosts.set_link(2, True)
     assert res.rc == 0, str(res)
     finals = [json.loads((report / n).read_text()) for n in sorted(os.listdir(report))
               if n.startswith("final.")]
