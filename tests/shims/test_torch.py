@@ -134,6 +134,43 @@ def test_gradient_bucket_plan():
     assert proc.returncode == 0 and "ok" in proc.stdout, show(proc)
 
 
+_DEVICE_AVERAGE = r"""
+import torch
+from perseus.torch import ops
+class Cuda:  # what _device_scales reads of a CUDA tensor (no GPU here)
+    is_cuda = True
+cpu = torch.zeros(1)
+asked = []
+def members(n):
+    return lambda: asked.append(n) or n
+# A CUDA Average over 3 ranks: libperseus sums, torch divides by 3 after.
+assert ops._device_scales(Cuda, ops.Average, 1.0, 1.0, members(3)) == (ops.Sum, False, 1.0, 3)
+# One rank, or host memory: libperseus's own Average, nothing after; members not asked on CPU.
+assert ops._device_scales(Cuda, ops.Average, 1.0, 1.0, members(1)) == (ops.Average, False, 1.0, 0)
+asked.clear()
+assert ops._device_scales(cpu, ops.Average, 1.0, 1.0, members(3)) == (ops.Average, False, 1.0, 0)
+assert asked == [], asked
+# Scale factors: Horovod's single rounding, the postscale divided by the ranks.
+assert ops._device_scales(Cuda, ops.Average, 0.5, 3.0, members(3)) == (ops.Sum, True, 1.0, 0)
+assert ops._device_scales(cpu, ops.Sum, 0.5, 3.0, members(3)) == (ops.Sum, False, 3.0, 0)
+# The division: a sum that cancels stays exactly 0 (ncclAvg gave 2.98e-08); one rounding;
+# integers toward zero.
+f = ops._device_average_(torch.tensor([0.0, 7.0, -7.0]), 3)
+assert f[0].item() == 0.0 and torch.equal(f, torch.tensor([0.0, 7.0, -7.0]) / 3), f
+i = ops._device_average_(torch.tensor([7, -7, 6], dtype=torch.int32), 3)
+assert i.tolist() == [2, -2, 2] and i.dtype == torch.int32, i
+print("ok")
+"""
+
+
+def test_gpu_average_is_a_sum_that_torch_divides():
+    # The decision and the division behind an Average of CUDA tensors, checked here without a
+    # GPU; tests/gpu/gpu_conformance_test.py checks the results on CUDA with 1-3 ranks.
+    proc = subprocess.run([PYTHON, "-c", _DEVICE_AVERAGE], capture_output=True, text=True,
+                          timeout=120, env=clean_env())
+    assert proc.returncode == 0 and "ok" in proc.stdout, show(proc)
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_ddp_through_perseus(n):
     expect_all_passed(run_ranks(n, "ddp.py", "on"), n, "ddp")

@@ -166,15 +166,21 @@ def _device_average_(tensor, members):
 
 
 def _device_scales(send, op, pre, post, members):
-    """(op for libperseus, whether torch scales, the postscale). As Horovod does, an Average
-    with scale factors is a Sum whose postscale is divided by the number of ranks: one
-    rounding, not two (integers: one truncation). Device memory: torch scales (libperseus
-    takes factors of 1 only there)."""
+    """(op for libperseus, whether torch scales, the postscale, the number of ranks torch
+    divides the result by after: 0 for none). As Horovod does, an Average with scale factors is
+    a Sum whose postscale is divided by the number of ranks: one rounding, not two (integers:
+    one truncation). Device memory: torch scales (libperseus takes factors of 1 only there), and
+    an Average without factors there is a Sum that torch divides (_device_average_).
+    members(): the number of ranks, asked only when needed."""
     if pre == 1.0 and post == 1.0:
-        return op, False, post
+        if op == Average and send.is_cuda:
+            n = members()
+            if n > 1:
+                return Sum, False, post, n
+        return op, False, post, 0
     if op == Average:
-        op, post = Sum, post / members
-    return op, send.is_cuda, post
+        op, post = Sum, post / members()
+    return op, send.is_cuda, post, 0
 
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, label=None,
@@ -191,15 +197,9 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     check = (_grad.nancheck() if check is None else check) and send.is_floating_point()
     input_nonfinite = check and not _grad.finite(send)
     pre, post = float(prescale_factor), float(postscale_factor)
-    # Device memory: libperseus takes scale factors of 1 only, so torch scales here.
-    device_scale = False
-    average_on = 0  # a GPU Average: libperseus sums, torch divides by this many ranks after
-    if pre != 1.0 or post != 1.0:
-        op, device_scale, post = _device_scales(send, op, pre, post, _members(set_id))
-    elif op == Average and send.is_cuda:
-        average_on = _members(set_id)
-        if average_on > 1:
-            op = Sum
+    # Device memory: libperseus takes scale factors of 1 only, so torch scales (and divides).
+    op, device_scale, post, divide_by = _device_scales(send, op, pre, post,
+                                                       lambda: _members(set_id))
     if device_scale:
         if pre != 1.0:
             send = _scale_(send, pre) if output is tensor else _scale_(send.clone(), pre)
@@ -212,14 +212,14 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
                                       device, stream, what=what,
                                       keep=send if output is send else (send, output),
                                       process_set=set_id, shape=send.shape)
-    if not check and not (device_scale and post != 1.0) and average_on <= 1:
+    if not check and not (device_scale and post != 1.0) and not divide_by:
         return Handle([request], None, output)
 
     def finish():
         if device_scale and post != 1.0:
             _scale_(output, post)
-        if average_on > 1:
-            _device_average_(output, average_on)
+        if divide_by:
+            _device_average_(output, divide_by)
         if check and not _grad.finite(output):
             raise _grad.nonfinite_error(label or (
                 "tensor '%s'" % name if name else "unnamed tensor"), output, input_nonfinite)
@@ -672,12 +672,8 @@ def _reducescatter_async(tensor, name, op, ps, prescale_factor, postscale_factor
     rows = _rows_per_rank(send.shape[0], n)
     output = torch.empty((rows[me],) + rest, dtype=send.dtype, device=send.device)
     pre, post = float(prescale_factor), float(postscale_factor)
-    # Device memory: libperseus takes scale factors of 1 only, so torch scales here; an
-    # Average there is a Sum that torch divides (see _device_average_).
-    op, device_scale, post = _device_scales(send, op, pre, post, n)
-    average_on = n if op == Average and send.is_cuda and n > 1 else 0
-    if average_on:
-        op = Sum
+    # Device memory: libperseus takes scale factors of 1 only, so torch scales (and divides).
+    op, device_scale, post, divide_by = _device_scales(send, op, pre, post, lambda: n)
     if device_scale:
         if pre != 1.0:
             send = _scale_(send.clone(), pre)
@@ -693,8 +689,8 @@ def _reducescatter_async(tensor, name, op, ps, prescale_factor, postscale_factor
     def finish():
         if device_scale and post != 1.0:
             _scale_(output, post)
-        if average_on:
-            _device_average_(output, average_on)
+        if divide_by:
+            _device_average_(output, divide_by)
         return output
 
     return Handle([request], finish)
