@@ -158,6 +158,13 @@ Discovered run_discovery(const std::string &script) {
   return found;
 }
 
+// How many ranks the hosts hold: -npernode on each, else their slots.
+long long slot_room(const std::vector<Host> &hosts, int npernode) {
+  long long room = 0;
+  for (const Host &host : hosts) room += npernode ? npernode : host.slots;
+  return room;
+}
+
 // One round of a job: the first, or a restart of every rank after a failure (--max-restarts).
 struct Round {
   int restart = 0;                   // 0: the first round
@@ -189,8 +196,6 @@ struct RoundEnd {
   bool resized = false;                 // ended because the discovered hosts changed
   long long failed_at_ms = 0;           // when the failure was seen
   long long started_at_ms = 0;          // when every rank of the round had started
-  size_t ranks = 0;
-  size_t hosts = 0;
 };
 
 class Launcher {
@@ -316,8 +321,6 @@ RoundEnd Launcher::run() {
   end.resized = resized_;
   end.failed_at_ms = failed_at_ms_;
   end.started_at_ms = started_at_ms_;
-  end.ranks = plan_.placement.size();
-  end.hosts = plan_.hosts.size();
   end.restartable = !received_signal_ && !timed_out_ &&
                     (resized_ || (!fatal_ && (failure_ || !lost_hosts_.empty())));
   if (received_signal_) {
@@ -356,8 +359,7 @@ void Launcher::fit_to_hosts(const std::vector<HostSpec> &mentions, const BareSlo
   }
   if (round_.lost_hosts.empty() || config_.oversubscribe) return;
   const std::vector<Host> hosts = merge_hosts(mentions, bare_slots);
-  long long room = 0;
-  for (const Host &host : hosts) room += config_.npernode ? config_.npernode : host.slots;
+  const long long room = slot_room(hosts, config_.npernode);
   const long long wanted = config_.np ? config_.np : room;
   const long long ranks = std::min(wanted, room);
   if (ranks < std::max(1, config_.min_np)) {
@@ -1001,24 +1003,16 @@ std::vector<HostSpec> Rounds::usable(Discovered found) const {
   const long long now = monotonic_ms();
   hosts.erase(std::remove_if(hosts.begin(), hosts.end(),
                              [&](const HostSpec &spec) {
-                               const std::string key = host_key(spec.user, spec.host);
-                               return !usable(key, now) || round_.lost_hosts.count(key);
+                               return !usable(host_key(spec.user, spec.host), now);
                              }),
               hosts.end());
   return hosts;
 }
 
+// The discovered hosts' room, merged as the placement will merge them (every line of the
+// script's output has its slots, so no host waits for its Hello).
 long long Rounds::room(const std::vector<HostSpec> &hosts) const {
-  long long slots = 0;
-  std::set<std::string> seen;
-  for (const HostSpec &spec : hosts) {
-    if (config_.npernode) {
-      if (seen.insert(host_key(spec.user, spec.host)).second) slots += config_.npernode;
-    } else {
-      slots += spec.slots.value_or(1);
-    }
-  }
-  return slots;
+  return slot_room(merge_hosts(hosts, {}), config_.npernode);
 }
 
 // The most ranks a round may run: -np in the first round (horovodrun's starting size), else
@@ -1154,11 +1148,11 @@ int Rounds::run() {
       }
     }
     if (end.lost_hosts.empty()) count_failure(end.failed_host, end.failed_host);
-    fprintf(
-        stderr, "perseusrun: restarting every rank (restart %d%s) after: %s%s\n", round_.restart,
-        end.resized || failure_cap_ == INT_MAX ? ""
-                                               : (" of " + std::to_string(failure_cap_)).c_str(),
-        end.why.c_str(), end.lost_names.empty() ? "" : ("; leaving out " + end.lost_names).c_str());
+    fprintf(stderr, "perseusrun: restarting every rank (restart %d%s) after: %s%s\n",
+            round_.restart,
+            // " of N" outside elastic mode only, where every restart is a failure's.
+            elastic_ ? "" : (" of " + std::to_string(failure_cap_)).c_str(), end.why.c_str(),
+            end.lost_names.empty() ? "" : ("; leaving out " + end.lost_names).c_str());
     resets_.push_back({std::move(end), 0});
   }
   print_resets();
