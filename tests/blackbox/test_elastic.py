@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import PY
-from test_restarts import restart_summary, rounds
+from test_restarts import finish_with_link_down, restart_summary, rounds
 from test_ssh import ssh_env, wait_hosts_clean
 from test_ssh_faults import hosts  # noqa: F401 - the fixture
 
@@ -229,11 +229,7 @@ def test_a_lost_host_is_left_out_while_the_script_still_lists_it(launcher, hosts
     p = launcher.start(["--host-discovery-script", script, "--heartbeat-timeout", "2", PY,
                         launcher.prog(body), launcher.marker], env=ssh_env(launcher, hosts.home))
     launcher.wait_files("round.0.", 6, proc=p)
-    hosts.set_link(1, False)
-    try:
-        res = launcher.finish(p, timeout=90)
-    finally:
-        hosts.set_link(1, True)
+    res = finish_with_link_down(launcher, hosts, p, 1, timeout=90)
     assert res.rc == 0, str(res)
     seen = rounds(launcher)
     assert sorted(seen) == [0, 1] and len(seen[1]) == 4, str(res)

@@ -136,6 +136,15 @@ def test_bad_restart_options(launcher, args, message):
 
 # ---- lost hosts (SSH test hosts) ---------------------------------------------------------
 
+def finish_with_link_down(launcher, hosts, p, i, timeout):
+    """Takes host i's link down and waits for perseusrun; the link is up again afterwards."""
+    hosts.set_link(i, False)
+    try:
+        return launcher.finish(p, timeout=timeout)
+    finally:
+        hosts.set_link(i, True)
+
+
 def restart_seconds(res):
     """The 'stopped N s' of the first restart in perseusrun's summary."""
     summary = restart_summary(res)
@@ -154,11 +163,7 @@ def test_lost_host_restarts_on_the_hosts_left(launcher, hosts):
                         "-H", ",".join(a + ":2" for a in hosts.addresses), PY,
                         launcher.prog(body), launcher.marker], env=ssh_env(launcher, hosts.home))
     launcher.wait_files("round.0.", 6, proc=p)
-    hosts.set_link(2, False)
-    try:
-        res = launcher.finish(p, timeout=90)
-    finally:
-        hosts.set_link(2, True)
+    res = finish_with_link_down(launcher, hosts, p, 2, timeout=90)
     assert res.rc == 0, str(res)
     seen = rounds(launcher)
     assert sorted(seen) == [0, 1], str(res)
@@ -166,8 +171,7 @@ def test_lost_host_restarts_on_the_hosts_left(launcher, hosts):
     assert {v["WORLD_SIZE"] for v in seen[1].values()} == {"4"}, seen[1]
     lost_ns = {v["ns"] for r, v in seen[0].items() if r in (4, 5)}
     assert not lost_ns & {v["ns"] for v in seen[1].values()}, "a rank ran on the lost host"
-    assert any("4 ranks fit on the hosts left" in l or "lost host" in l
-               for l in res.own_messages()), str(res)
+    assert any("lost host %s" % hosts.addresses[2] in l for l in res.own_messages()), str(res)
     summary = restart_summary(res)
     assert len(summary) == 1 and hosts.addresses[2] in summary[0], str(res)
     print("lost host: the job was stopped %.1f s (heartbeat timeout 2 s)" % restart_seconds(res))
@@ -205,11 +209,7 @@ def test_ddp_script_resumes_from_its_checkpoint_after_a_lost_host(launcher, host
                 pass
         res = launcher.finish(p, timeout=120)
     else:
-        hosts.set_link(2, False)
-        try:
-            res = launcher.finish(p, timeout=120)
-        finally:
-            hosts.set_link(2, True)
+        res = finish_with_link_down(launcher, hosts, p, 2, timeout=120)
     assert res.rc == 0, str(res)
     finals = [json.loads((report / n).read_text()) for n in sorted(os.listdir(report))
               if n.startswith("final.")]
