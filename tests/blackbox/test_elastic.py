@@ -222,6 +222,21 @@ def test_a_host_added_joins_and_a_host_failing_twice_is_blacklisted(launcher, ho
     assert wait_hosts_clean(hosts, 15) == {}
 
 
+def test_a_listed_host_that_cannot_be_reached_is_named(launcher, hosts):
+    a = hosts.addresses
+    script, _ = discovery(launcher, "".join("%s:1\n" % h for h in a))
+    hosts.set_link(2, False)
+    try:
+        res = launcher.run(["--host-discovery-script", script, "--ssh-connect-timeout", "2", PY,
+                            launcher.prog("pass"), launcher.marker],
+                           env=ssh_env(launcher, hosts.home), timeout=60)
+    finally:
+        hosts.set_link(2, True)
+    assert res.rc == 1, str(res)
+    assert any(a[2] in l for l in res.own_messages() if "error" in l), str(res)
+    assert launcher.started() == [], str(res)
+
+
 def test_a_lost_host_is_left_out_while_the_script_still_lists_it(launcher, hosts):
     a = hosts.addresses
     script, _ = discovery(launcher, "".join("%s:2\n" % h for h in a))

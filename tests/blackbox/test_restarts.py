@@ -99,6 +99,13 @@ def test_a_signal_to_perseusrun_is_not_restarted(launcher):
     assert launcher.wait_gone(5, ("cmdline", "environ")) == {}, str(res)
 
 
+def test_a_launch_error_is_not_restarted(launcher):
+    res = launcher.run(["-np", "2", "-H", "localhost:2", "--max-restarts", "3",
+                        str(launcher.tmp / "no-such-program")])
+    assert res.rc == 127, str(res)
+    assert not any("restart" in l for l in res.own_messages()), str(res)
+
+
 def test_timeout_counts_over_every_round(launcher):
     # Every round fails after about a second; --timeout 3 ends the job during a later round.
     body = "sleep_for(1)\nsys.exit(4)\n"
