@@ -6,7 +6,8 @@
 # Build and pack as for run_gpu_checks.sh; put a checkout of horovod/horovod's test/ folder
 # (test/parallel/test_torch.py, test/utils/common.py) at .horovod/ (git-ignored), then
 #   run (carry [".device", ".horovod"]): bash scripts/gpu/run_horovod_suite.sh
-# Variables: PARTS (default "conformance suite"), SUITE_NP (default "1 2 3"), CONFORMANCE_NP
+# Variables: PARTS (default "syncbn conformance suite"; syncbn is
+# tests/gpu/sync_batch_norm_test.py on 1-3 ranks, and on 3 with the last rank's batch empty), SUITE_NP (default "1 2 3"), CONFORMANCE_NP
 # (default "2 3"), SUITE_JOBS (jobs at once, default 6), SUITE_K (a -k pattern), SUITE_TIMEOUT
 # (seconds a test, default 150).
 # Writes $OUT/conformance_npN.txt, $OUT/horovod_torch_gpu.{txt,json} and the logs of the tests
@@ -14,7 +15,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 status=0
-parts=${PARTS:-conformance suite}
+parts=${PARTS:-syncbn conformance suite}
 {
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
@@ -22,6 +23,22 @@ parts=${PARTS:-conformance suite}
   ldconfig -p | grep -E 'libnccl\.so\.' | sed 's/^/# /'
 } > "$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
+if [[ " $parts " == *" syncbn "* ]]; then
+  for case in 1 2 3 3-empty; do
+    n=${case%-empty}
+    extra=()
+    [ "$case" != "$n" ] && extra=(--empty-rank)
+    sizes=$(printf '1,%.0s' $(seq "$n")); sizes=${sizes%,}
+    {
+      echo "## perseusrun -np $n (simulated hosts $sizes) tests/gpu/sync_batch_norm_test.py ${extra[*]}"
+      timeout 200 "$run" -np "$n" -H "localhost:$n" --gpu-bind none --timeout 180 \
+        -x NCCL_NVLS_ENABLE=0 scripts/gpu/as_simulated_host.sh "$sizes" \
+        python3 tests/gpu/sync_batch_norm_test.py "${extra[@]}" 2>&1 | grep -v 'NCCL INFO' | tail -30
+      echo "exit: ${PIPESTATUS[0]}"
+    } 2>&1 | tee -a "$OUT/sync_batch_norm.txt"
+  done
+  [ "$(grep -c '^exit: 0$' "$OUT/sync_batch_norm.txt")" = 4 ] || status=1
+fi
 if [[ " $parts " == *" conformance "* ]]; then
   for n in ${CONFORMANCE_NP:-2 3}; do
     sizes=$(printf '1,%.0s' $(seq "$n")); sizes=${sizes%,}

@@ -83,3 +83,14 @@ def test_conformance_script(n):
     totals = re.findall(r"^\[1,\d+\]<stdout>:rank \d+ of \d+ on cpu: (\d+) passed, 0 failed -> PASS$",
                         proc.stdout, re.M)
     assert len(totals) == n and all(int(t) > 1000 for t in totals), show(proc)
+
+
+@pytest.mark.parametrize("n,empty", [(1, False), (2, False), (3, False), (3, True)])
+def test_sync_batch_norm_script(n, empty):
+    # The portable path here; on CUDA the same script checks the kernel path.
+    proc = run(["-np", str(n), "-H", "localhost:%d" % n, PYTHON,
+                "tests/gpu/sync_batch_norm_test.py", "--cpu"] + (["--empty-rank"] if empty else []))
+    assert proc.returncode == 0, show(proc)
+    totals = re.findall(r"^\[1,\d+\]<stdout>:sync_batch_norm: (\d+) checks passed$", proc.stdout,
+                        re.M)
+    assert len(totals) == n and all(int(t) > 90 for t in totals), show(proc)

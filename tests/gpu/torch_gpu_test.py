@@ -42,7 +42,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import perseus.torch as hvd  # noqa: E402
 from perseus import _native  # noqa: E402
-from perseus.torch.sync_batch_norm import _SyncBatchNormFunction  # noqa: E402
+from perseus.torch.sync_batch_norm import _SyncBatchNormFunction, _function_for  # noqa: E402
 from common import Checks  # noqa: E402
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -219,30 +219,39 @@ def group_syncbn(check, dev):
         check.close(out.detach(), ref.detach(), what + " output", rtol=1e-4, atol=1e-5)
         check.close(xs.grad, xa.grad, what + " input grad", rtol=1e-4, atol=1e-5)
         check.close(sbn.running_mean, bn.running_mean, what + " running_mean", rtol=1e-4)
-        # The all-gather / all-reduce path itself (one rank takes the shortcut above).
-        bn2 = (nn.BatchNorm2d(4) if dims == 4 else nn.BatchNorm1d(4)).to(dev)
-        with torch.no_grad():
-            bn2.weight.copy_(torch.linspace(0.5, 2, 4))
-            bn2.bias.copy_(torch.linspace(-1, 1, 4))
-        weight = bn2.weight.detach().clone().requires_grad_()
-        bias = bn2.bias.detach().clone().requires_grad_()
-        rm, rv = torch.zeros(4, device=dev), torch.ones(4, device=dev)
-        xa = x.clone().requires_grad_()
-        ref = bn2(xa)
-        (ref * w_out).sum().backward()
-        xs = x.clone().requires_grad_()
-        out = _SyncBatchNormFunction.apply(xs, weight, bias, (rm, rv), 0.1, 1e-5)
-        (out * w_out).sum().backward()
-        check(out.device.type == dev.type, what + " (sync path) on device")
-        check.close(out.detach(), ref.detach(), what + " (sync path) output", rtol=1e-4,
-                    atol=1e-5)
-        check.close(xs.grad, xa.grad, what + " (sync path) input grad", rtol=1e-4, atol=1e-4)
-        check.close(weight.grad, bn2.weight.grad, what + " (sync path) weight grad", rtol=1e-4,
-                    atol=1e-4)
-        check.close(rm, bn2.running_mean, what + " (sync path) running_mean", rtol=1e-4,
-                    atol=1e-6)
-        check.close(rv, bn2.running_var, what + " (sync path) running_var", rtol=1e-4,
-                    atol=1e-6)
+        # The all-gather / all-reduce paths themselves (one rank takes the shortcut above):
+        # the portable one, and on CUDA the one through torch's batch-norm kernels.
+        functions = [_SyncBatchNormFunction]
+        if _function_for(x) is not _SyncBatchNormFunction:
+            functions.append(_function_for(x))
+        check(len(functions) == (2 if dev.type == "cuda" else 1),
+              what + ": torch's CUDA batch-norm kernels used where there are any")
+        for function in functions:
+            sync_path(check, x, w_out, dims, dev, function,
+                      "%s (%s)" % (what, function.__name__))
+
+
+def sync_path(check, x, w_out, dims, dev, function, what):
+    bn2 = (nn.BatchNorm2d(4) if dims == 4 else nn.BatchNorm1d(4)).to(dev)
+    with torch.no_grad():
+        bn2.weight.copy_(torch.linspace(0.5, 2, 4))
+        bn2.bias.copy_(torch.linspace(-1, 1, 4))
+    weight = bn2.weight.detach().clone().requires_grad_()
+    bias = bn2.bias.detach().clone().requires_grad_()
+    rm, rv = torch.zeros(4, device=dev), torch.ones(4, device=dev)
+    xa = x.clone().requires_grad_()
+    ref = bn2(xa)
+    (ref * w_out).sum().backward()
+    xs = x.clone().requires_grad_()
+    out = function.apply(xs, weight, bias, (rm, rv), 0.1, 1e-5)
+    (out * w_out).sum().backward()
+    check(out.device.type == dev.type, what + " on device")
+    check.close(out.detach(), ref.detach(), what + " output", rtol=1e-4, atol=1e-5)
+    check.close(xs.grad, xa.grad, what + " input grad", rtol=1e-4, atol=1e-4)
+    check.close(weight.grad, bn2.weight.grad, what + " weight grad", rtol=1e-4, atol=1e-4)
+    check.close(bias.grad, bn2.bias.grad, what + " bias grad", rtol=1e-4, atol=1e-4)
+    check.close(rm, bn2.running_mean, what + " running_mean", rtol=1e-4, atol=1e-6)
+    check.close(rv, bn2.running_var, what + " running_var", rtol=1e-4, atol=1e-6)
 
 
 def group_compress(check, dev):

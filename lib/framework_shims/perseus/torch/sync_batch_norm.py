@@ -1,10 +1,18 @@
 """SyncBatchNorm: batch normalisation with the statistics of the whole batch over every rank.
 
-Forward (training): each rank's count, mean and biased variance per channel are all-gathered
-and combined (Chan's parallel formula), so ranks may have different batch sizes. Backward: the
-per-channel sums of dy and dy * x_hat are all-reduced; weight and bias get this rank's share
-of their gradient, as every other parameter (DistributedOptimizer or DDP averages them).
-Plain torch operations only, so it works on any torch version and device.
+Forward (training): each rank's count, mean and spread per channel are all-gathered and
+combined, so ranks may have different batch sizes. Backward: the per-channel sums of dy and
+dy * (x - mean) are all-reduced; weight and bias get this rank's share of their gradient, as
+every other parameter (DistributedOptimizer or DDP averages them).
+
+Two implementations of the same arithmetic:
+- CUDA tensors go through torch's own CUDA batch-norm kernels (batch_norm_stats,
+  batch_norm_gather_stats_with_counts, batch_norm_elemt and their backward), the ones
+  torch.nn.BatchNorm and torch.nn.SyncBatchNorm use, so the results round as torch's BatchNorm
+  does over the whole batch (Horovod uses the same kernels; its tests compare with tolerance
+  1e-8, which float64 statistics rounded differently can miss).
+- Everything else (CPU, or a torch without those kernels) uses plain torch operations, with
+  the statistics combined in float64 (Chan's parallel formula); it works on any device.
 """
 import torch
 import torch.nn.functional as F
@@ -37,8 +45,20 @@ class SyncBatchNorm(_BatchNorm):
                                 self.bias, self.training or not self.track_running_stats,
                                 factor, self.eps)
         running = (self.running_mean, self.running_var) if self.track_running_stats else None
-        return _SyncBatchNormFunction.apply(input, self.weight, self.bias, running, factor,
-                                            self.eps)
+        return _function_for(input).apply(input, self.weight, self.bias, running, factor,
+                                          self.eps)
+
+
+def _function_for(input):
+    """The autograd function that synchronises a batch norm of `input`."""
+    if input.is_cuda and _HAVE_CUDA_KERNELS:
+        return _CudaSyncBatchNormFunction
+    return _SyncBatchNormFunction
+
+
+_HAVE_CUDA_KERNELS = all(hasattr(torch, name) for name in (
+    "batch_norm_stats", "batch_norm_gather_stats_with_counts", "batch_norm_elemt",
+    "batch_norm_backward_reduce", "batch_norm_backward_elemt"))
 
 
 def _compute_dtype(dtype):
@@ -112,4 +132,71 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             grad_input = scale.view(shape) * (ctx.total * dy - g_sum_dy.view(shape)
                                               - x_hat * g_sum_dy_xhat.view(shape))
             grad_input = grad_input.to(ctx.input_dtype)
+        return grad_input, grad_weight, grad_bias, None, None, None
+
+
+class _CudaSyncBatchNormFunction(torch.autograd.Function):
+    """The synchronised batch norm through torch's CUDA batch-norm kernels.
+
+    Each rank's per-channel mean, inverse standard deviation and count (one row of 2C + 1
+    values in the statistics' dtype: float32 for float16/bfloat16 input) are all-gathered;
+    rows of ranks with an empty batch are left out of the combination, but every rank takes
+    part in both collectives so none waits for ever.
+    """
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, running, factor, eps):
+        if not input.is_contiguous(memory_format=torch.channels_last):
+            input = input.contiguous()
+        if weight is not None:
+            weight = weight.contiguous()
+        channels = input.shape[1]
+        stats_dtype = _compute_dtype(input.dtype)
+        if input.numel():
+            mean, invstd = torch.batch_norm_stats(input, eps)
+            count = torch.full((1,), input.numel() // channels, dtype=mean.dtype,
+                               device=mean.device)
+            local = torch.cat([mean, invstd, count])
+        else:
+            local = torch.zeros(2 * channels + 1, dtype=stats_dtype, device=input.device)
+        gathered = ops.allgather(local.unsqueeze(0))
+        means, invstds, counts = torch.split(gathered, channels, dim=1)
+        present = counts.squeeze(1) >= 1
+        if not bool(present.any()):
+            raise ValueError("SyncBatchNorm: every rank's batch is empty")
+        means, invstds, counts = means[present], invstds[present], counts[present]
+        running_mean, running_var = running if running is not None else (None, None)
+        mean, invstd = torch.batch_norm_gather_stats_with_counts(
+            input, means, invstds, running_mean, running_var, factor, eps, counts.view(-1))
+        ctx.save_for_backward(input, weight, mean, invstd, counts.to(torch.int32))
+        ctx.has_bias = bias is not None
+        if not input.numel():
+            return torch.empty_like(input)
+        return torch.batch_norm_elemt(input, weight, bias, mean, invstd, eps)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if not grad_output.is_contiguous(memory_format=torch.channels_last):
+            grad_output = grad_output.contiguous()
+        input, weight, mean, invstd, counts = ctx.saved_tensors
+        channels = input.shape[1]
+        need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad_input = grad_weight = grad_bias = None
+        if input.numel():
+            sum_dy, sum_dy_xmu, grad_weight, grad_bias = torch.batch_norm_backward_reduce(
+                grad_output, input, mean, invstd, weight, need_input,
+                need_weight and weight is not None, need_bias and ctx.has_bias)
+            if need_input:
+                both = ops.allreduce(torch.cat([sum_dy, sum_dy_xmu]), op=ops.Sum)
+                sum_dy, sum_dy_xmu = both[:channels], both[channels:]
+                grad_input = torch.batch_norm_backward_elemt(
+                    grad_output, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counts)
+        elif need_input:
+            # An empty batch still takes part in the all-reduce its peers wait for.
+            ops.allreduce(torch.zeros(2 * channels, dtype=mean.dtype, device=input.device),
+                          op=ops.Sum)
+        if weight is None or not need_weight:
+            grad_weight = None
+        if not ctx.has_bias or not need_bias:
+            grad_bias = None
         return grad_input, grad_weight, grad_bias, None, None, None
