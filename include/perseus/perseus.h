@@ -141,6 +141,21 @@ PERSEUS_API int perseus_local_size(void);
 PERSEUS_API int perseus_cross_rank(void);
 PERSEUS_API int perseus_cross_size(void);
 
+/* Elastic jobs (perseusrun --host-discovery-script). Each perseus_init joins the job's latest
+ * world, whose place for this process perseusrun publishes; when perseusrun ends that world (a
+ * rank failed, a host was lost, hosts were added), this process's operations fail with
+ * PERSEUS_ERR_COMMUNICATION, and after perseus_finalize the next perseus_init joins the next
+ * world in the same process (Horovod's elastic model).
+ * perseus_elastic_world: the world this process joined, or -1 outside an elastic job.
+ * perseus_elastic_declare: tells perseusrun that this process can join a new world in place;
+ * without that from every survivor, perseusrun restarts every process instead. A no-op outside
+ * an elastic job.
+ * perseus_elastic_hosts_updated: in *count, how many times perseusrun has found the discovered
+ * hosts changed (0 outside an elastic job); a caller compares it with an earlier reading. */
+PERSEUS_API int perseus_elastic_world(void);
+PERSEUS_API int perseus_elastic_declare(void);
+PERSEUS_API int perseus_elastic_hosts_updated(long long *count);
+
 /* Blocking collectives on host memory, `count` elements of `dtype` per rank: a submission of
  * the asynchronous form below and a wait. Every rank must make the same call with the same
  * name (or NULL, see below), count, dtype, op and root. count 0 is valid and moves nothing

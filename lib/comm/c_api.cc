@@ -337,9 +337,13 @@ PERSEUS_API int perseus_finalize(void) {
   using namespace perseus::comm;
   return guarded("perseus_finalize", nullptr, [] {
     std::unique_lock lock(state().mutex);
-    if (!initialized().shutdown()) {
+    Runtime &runtime = initialized();
+    if (!runtime.shutdown()) {
       // The thread still waits on a peer: leave it, and the runtime it uses, to the exit.
       (void)state().runtime.release();
+      // An elastic world that perseusrun ended: the peer is gone, and this process may join the
+      // next world while the old thread runs down (its transport's timeout).
+      if (runtime.world_ended()) return PERSEUS_SUCCESS;
       throw Error(Code::kTimeout,
                   "the other ranks did not answer within PERSEUS_SHUTDOWN_TIMEOUT_SECONDS; left "
                   "the job without them (their operations fail once this process exits)");
@@ -355,6 +359,26 @@ PERSEUS_API int perseus_rank(void) {
 
 PERSEUS_API int perseus_size(void) {
   return with_runtime("perseus_size", nullptr, [](Runtime &r) { return r.job().size; });
+}
+
+PERSEUS_API int perseus_elastic_world(void) {
+  return with_runtime("perseus_elastic_world", nullptr,
+                      [](Runtime &r) { return r.job().elastic_world; });
+}
+
+PERSEUS_API int perseus_elastic_declare(void) {
+  return with_runtime("perseus_elastic_declare", nullptr, [](Runtime &r) {
+    r.declare_elastic();
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_elastic_hosts_updated(long long *count) {
+  return with_runtime("perseus_elastic_hosts_updated", nullptr, [&](Runtime &r) {
+    if (!count) throw perseus::comm::Error(perseus::comm::Code::kInvalidArgument, "count is NULL");
+    *count = r.hosts_updated();
+    return PERSEUS_SUCCESS;
+  });
 }
 
 PERSEUS_API int perseus_local_rank(void) {

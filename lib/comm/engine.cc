@@ -162,7 +162,9 @@ void Engine::join(const std::shared_ptr<Request> &request) {
   work_.notify_one();
 }
 
-bool Engine::shutdown() {
+bool Engine::shutdown() { return shutdown(settings_.shutdown_timeout); }
+
+bool Engine::shutdown(std::chrono::milliseconds limit) {
   {
     std::lock_guard lock(mutex_);
     shutdown_ = true;
@@ -172,9 +174,9 @@ bool Engine::shutdown() {
   {
     std::unique_lock lock(mutex_);
     const auto ended = [this] { return ended_; };
-    if (settings_.shutdown_timeout.count() == 0) {
+    if (limit.count() == 0) {
       ended_signal_.wait(lock, ended);
-    } else if (!ended_signal_.wait_for(lock, settings_.shutdown_timeout, ended)) {
+    } else if (!ended_signal_.wait_for(lock, limit, ended)) {
       return false;
     }
   }

@@ -71,6 +71,12 @@ class Engine {
   // every rank, naming this rank. Returns once the thread has ended, or false when it has not
   // within settings.shutdown_timeout (a peer that does not answer); the thread then runs on.
   bool shutdown();
+  // The same, waiting at most `limit` for the thread (an elastic world that has ended: the thread
+  // may wait on a peer that is gone, and the process goes on to the next world without it).
+  bool shutdown(std::chrono::milliseconds limit);
+  // Fails every pending and later request with `message` (the job's end for this engine), from
+  // any thread: an elastic world that the launcher has ended.
+  void abort(Code code, const std::string &message) { fail_everything(code, message); }
 
   // Called from another thread when a peer is known to have ended: if some request has waited
   // longer than `after`, fails every request (the job's end, as a lost connection would), so

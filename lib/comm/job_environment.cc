@@ -112,6 +112,10 @@ JobEnvironment read_job_environment(Lookup lookup) {
   }
   const char *job_id = lookup(contract::kJobId);
   e.job_id = job_id ? job_id : "";
+  const char *worker = lookup(contract::kElasticWorker);
+  if (worker && *worker) {
+    e.elastic_worker = parse_int(worker, contract::kElasticWorker, 0, kMax, Code::kRendezvous);
+  }
   check_places(e);
   read_tuning(lookup, e);
   return e;

@@ -24,6 +24,11 @@ struct JobEnvironment {
   std::string rendezvous_addr;
   int rendezvous_port = 0;
   std::string secret_file;
+  // An elastic job (perseusrun --host-discovery-script): this process's id for the whole job
+  // (PERSEUS_ELASTIC_WORKER), -1 otherwise. Its place (the fields above) is then the one the
+  // store gives for the world it joins (elastic_world), not the environment's.
+  int elastic_worker = -1;
+  int elastic_world = -1;
   // PERSEUS_INIT_TIMEOUT (s): the longest wait for the store and for the peers in perseus_init.
   std::chrono::milliseconds init_timeout{std::chrono::seconds(60)};
   // PERSEUS_COLLECTIVE_TIMEOUT (s): the longest wait for the peers in one collective. Long by

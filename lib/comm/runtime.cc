@@ -112,8 +112,12 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
     : job_(std::move(job)) {
   ignore_sigpipe();
   store_ = open_store(job_, secret);
+  if (job_.elastic_worker >= 0) join_elastic_world();
   const std::string address = address_toward(job_.rendezvous_addr, job_.rendezvous_port);
-  const std::string keys = "perseus/comm/" + std::to_string(generation) + "/";
+  // An elastic world's keys are its own (every process of it, old or new, uses them); else each
+  // perseus_init of the job's processes has its own.
+  const std::string keys = job_.elastic_worker >= 0 ? world_keys_ + "comm/"
+                                                    : "perseus/comm/" + std::to_string(generation) + "/";
   // Every host-memory connection of this perseus_init, the job's (set 0) and each process
   // set's, is made here, under keys of its own in the job's store.
   HostExecutor::ConnectSet connect = [this, keys, address](int set, int rank_in_set, int set_size) {
@@ -154,6 +158,81 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
   if (!secret) watchdog_ = std::thread([this] { watch_for_ended_peers(); });
 }
 
+// An elastic job's process takes its place from the store: the latest world's, once that world
+// is not one that has already ended (a survivor may get here before perseusrun has made the
+// next one). A process left out of the latest world fails, naming the world.
+void Runtime::join_elastic_world() {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + job_.init_timeout;
+  const int worker = job_.elastic_worker;
+  const auto fail = [&](Code code, const std::string &what) {
+    throw Error(code, "elastic worker " + std::to_string(worker) + " (" +
+                          contract::kElasticWorker + "): " + what);
+  };
+  for (;;) {
+    int world = -1;
+    std::string place;
+    bool ended = false;
+    try {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const std::string text =
+          store_->get(contract::kElasticWorldKey, std::max(left, std::chrono::milliseconds(1)));
+      world = std::stoi(text);
+      ended = store_->check(contract::elastic_ended_key(world));
+      if (!ended && store_->check(contract::elastic_place_key(world, worker))) {
+        place = store_->get(contract::elastic_place_key(world, worker), std::chrono::seconds(5));
+      }
+    } catch (const rendezvous::TimeoutError &) {
+      fail(Code::kTimeout, "no world was published within PERSEUS_INIT_TIMEOUT (" +
+                               seconds_of(job_.init_timeout) + " s)");
+    } catch (const rendezvous::WireError &error) {
+      fail(Code::kRendezvous, std::string("the job's store: ") + error.what());
+    } catch (const std::logic_error &) {
+      fail(Code::kRendezvous, "the store's world number is not a number");
+    }
+    if (!ended) {
+      if (place.empty()) {
+        fail(Code::kRendezvous, "perseusrun left this process out of the job's world " +
+                                    std::to_string(world) + " (it ends the processes it leaves out)");
+      }
+      JobEnvironment placed = job_;
+      if (sscanf(place.c_str(), "%d %d %d %d %d %d", &placed.rank, &placed.size,
+                 &placed.local_rank, &placed.local_size, &placed.cross_rank,
+                 &placed.cross_size) != 6 ||
+          placed.rank < 0 || placed.rank >= placed.size || placed.local_rank < 0 ||
+          placed.local_rank >= placed.local_size || placed.cross_rank < 0 ||
+          placed.cross_rank >= placed.cross_size) {
+        fail(Code::kRendezvous, "malformed place '" + place + "' in world " + std::to_string(world));
+      }
+      placed.node_rank = -1;  // hosts are told apart by name (the launcher's node numbers change)
+      placed.elastic_world = world;
+      job_ = placed;
+      world_keys_ = contract::elastic_prefix(world);
+      return;
+    }
+    if (Clock::now() >= deadline) {
+      fail(Code::kTimeout, "world " + std::to_string(world) +
+                               " ended and no other came within PERSEUS_INIT_TIMEOUT (" +
+                               seconds_of(job_.init_timeout) + " s)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void Runtime::declare_elastic() {
+  if (job_.elastic_worker < 0 || !store_) return;
+  std::lock_guard lock(store_mutex_);
+  store_->set(contract::elastic_ready_key(job_.elastic_worker), std::to_string(job_.elastic_world));
+}
+
+long long Runtime::hosts_updated() {
+  if (job_.elastic_worker < 0 || !store_) return 0;
+  std::lock_guard lock(store_mutex_);
+  if (!store_->check(contract::kElasticHostsKey)) return 0;
+  return std::stoll(store_->get(contract::kElasticHostsKey, std::chrono::seconds(5)));
+}
+
 std::unique_ptr<Runtime> Runtime::alone(JobEnvironment job, EngineSettings settings,
                                         int generation) {
   return std::unique_ptr<Runtime>(
@@ -192,19 +271,37 @@ Runtime::Runtime(JobEnvironment job, EngineSettings settings, int generation, Al
 // the transport never notices the lost connection (a TCP peer that vanished without a reset, a
 // wait that missed the close). Polls once a second while the runtime lives.
 void Runtime::watch_for_ended_peers() {
-  constexpr auto kPoll = std::chrono::seconds(1);
+  // An elastic world's end is looked for more often: every survivor waits for it to go on.
+  const auto kPoll = job_.elastic_worker >= 0 ? std::chrono::milliseconds(100)
+                                              : std::chrono::milliseconds(1000);
   constexpr auto kStuckAfter = std::chrono::seconds(5);
   std::string ended;
   std::unique_lock lock(watchdog_mutex_);
   while (!watchdog_stop_) {
     watchdog_wake_.wait_for(lock, kPoll, [this] { return watchdog_stop_; });
     if (watchdog_stop_ || process_exiting()) break;
+    if (job_.elastic_world >= 0 && !world_ended_) {
+      std::string why;
+      try {
+        std::lock_guard store_lock(store_mutex_);
+        const std::string key = contract::elastic_ended_key(job_.elastic_world);
+        if (store_->check(key)) why = store_->get(key, std::chrono::seconds(1));
+      } catch (const std::exception &) {
+        break;
+      }
+      if (!why.empty()) {
+        world_ended_ = true;
+        engine_->abort(Code::kCommunication,
+                       "the job's world " + std::to_string(job_.elastic_world) +
+                           " ended (" + why +
+                           "): this process may join the next one after perseus_finalize");
+      }
+    }
     if (ended.empty()) {
       try {
         std::lock_guard store_lock(store_mutex_);
-        if (store_->check(contract::kFirstExitKey)) {
-          ended = store_->get(contract::kFirstExitKey, std::chrono::seconds(1));
-        }
+        const std::string key = world_keys_ + contract::kFirstExitKey;
+        if (store_->check(key)) ended = store_->get(key, std::chrono::seconds(1));
       } catch (const std::exception &) {
         break;  // the launcher is gone: the transport's own errors must do
       }
@@ -271,7 +368,7 @@ std::string Runtime::lost_peers() {
       std::string found;
       for (int r = 0; r < job_.size && !process_exiting(); ++r) {
         if (r == job_.rank) continue;
-        const std::string key = contract::exit_key(r);
+        const std::string key = world_keys_ + contract::exit_key(r);
         std::lock_guard lock(store_mutex_);
         if (store_->check(key)) {
           found += (found.empty() ? "" : "; ") + store_->get(key, std::chrono::seconds(1));
@@ -291,7 +388,7 @@ std::string Runtime::exit_notes(const std::vector<int> &ranks) {
   std::string found;
   try {
     for (int r : ranks) {
-      const std::string key = contract::exit_key(r);
+      const std::string key = world_keys_ + contract::exit_key(r);
       std::lock_guard lock(store_mutex_);
       if (store_->check(key)) {
         found += (found.empty() ? "" : "; ") + store_->get(key, std::chrono::seconds(1));
@@ -617,7 +714,9 @@ int Runtime::join(int device) {
 }
 
 bool Runtime::shutdown() {
-  const bool left = engine_->shutdown();
+  // After an elastic world's end the thread may wait on a peer that is gone: not for long.
+  const bool left = world_ended_ ? engine_->shutdown(std::chrono::milliseconds(500))
+                                 : engine_->shutdown();
   stop_watchdog();
   return left;
 }

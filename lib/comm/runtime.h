@@ -83,6 +83,13 @@ class Runtime {
   int join(int device);
   // Leaves the job (Engine::shutdown): false when the engine's thread did not end in time.
   bool shutdown();
+  // Elastic jobs: whether the launcher has ended the world this runtime joined (its operations
+  // fail; the process may join the next world after perseus_finalize).
+  bool world_ended() const { return world_ended_; }
+  // Elastic jobs: tells the launcher this process can join a new world in place (Horovod's
+  // elastic API); how many times the discovered hosts changed so far.
+  void declare_elastic();
+  long long hosts_updated();
 
  private:
   // A request of `kind` in process_set (checked: this rank must be a member), its name
@@ -103,6 +110,10 @@ class Runtime {
   Runtime(JobEnvironment job, EngineSettings settings, int generation, Alone);
 
   JobEnvironment job_;
+  // "" or, in an elastic job, the joined world's keys (contract::elastic_prefix).
+  std::string world_keys_;
+  std::atomic<bool> world_ended_{false};
+  void join_elastic_world();
   void watch_for_ended_peers();
   void stop_watchdog();
 

@@ -50,6 +50,32 @@ inline constexpr const char *kLauncherVariables[] = {
 inline constexpr char kFirstExitKey[] = "perseus/exit/first";
 inline std::string exit_key(int rank) { return "perseus/exit/" + std::to_string(rank); }
 
+// Elastic jobs (perseusrun --host-discovery-script). Every process gets an id of its own for the
+// whole job (kElasticWorker); its place changes from one world to the next, so libperseus reads
+// it from the store at each perseus_init: kElasticWorldKey holds the number of the latest world,
+// elastic_place_key(world, id) the place ("rank size local_rank local_size cross_rank
+// cross_size") of each process in it. A world's keys all lie under elastic_prefix(world),
+// its exit notes too (elastic_prefix(world) + exit_key(rank)). When a world ends (a rank
+// failed, a host was lost or added), the launcher sets elastic_ended_key(world) to why, and the
+// ranks still in it fail what they wait for (Horovod's HorovodInternalError), then join the next
+// world in the same process. A process that can do so (Horovod's elastic API, hvd.elastic.run)
+// says so under elastic_ready_key(id); without that from every survivor, the launcher restarts
+// every rank instead. kElasticHostsKey counts the changes of the discovered hosts that the
+// running world has not yet taken in (HostsUpdatedInterrupt at the next commit).
+inline constexpr char kElasticWorker[] = "PERSEUS_ELASTIC_WORKER";
+inline constexpr char kElasticWorldKey[] = "perseus/elastic/world";
+inline constexpr char kElasticHostsKey[] = "perseus/elastic/hosts_updated";
+inline std::string elastic_prefix(int world) {
+  return "perseus/elastic/" + std::to_string(world) + "/";
+}
+inline std::string elastic_place_key(int world, int worker) {
+  return elastic_prefix(world) + "place/" + std::to_string(worker);
+}
+inline std::string elastic_ended_key(int world) { return elastic_prefix(world) + "ended"; }
+inline std::string elastic_ready_key(int worker) {
+  return "perseus/elastic/ready/" + std::to_string(worker);
+}
+
 // Where libperseus lies: the package's own copy, relative to the folder that holds the
 // `perseus` package (an installation, a wheel); and in a build tree, relative to the build
 // folder (perseusrun is build/apps/perseusrun/perseusrun there).

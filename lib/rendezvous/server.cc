@@ -88,7 +88,8 @@ struct Server::State {
   int wake[2] = {-1, -1};
   std::atomic<int> dropped{0};
   std::list<Connection> connections;
-  std::map<std::string, std::string> store;
+  std::map<std::string, std::string> store;  // written by the server's thread alone, in put()
+  mutable std::mutex store_mutex;            // put()'s writes against lookup() from others
   std::map<std::string, std::vector<Connection *>> waiting;  // GETs of keys not set yet
   std::thread thread;
   std::atomic<bool> stop{false};
@@ -238,7 +239,10 @@ void Server::State::handle(Connection &c, const Message &request) {
 
 // Sets a key and answers every GET that was waiting for it.
 void Server::State::put(const std::string &key, const std::string &value) {
-  store[key] = value;
+  {
+    std::lock_guard lock(store_mutex);
+    store[key] = value;
+  }
   const auto waiters = waiting.find(key);
   if (waiters == waiting.end()) return;
   for (Connection *waiter : waiters->second) reply(*waiter, Op::kReply, value);
@@ -283,6 +287,13 @@ void Server::publish(const std::string &key, const std::string &value) {
     state_->inbox.emplace_back(key, value);
   }
   (void)!write(state_->wake[1], "x", 1);
+}
+
+std::optional<std::string> Server::lookup(const std::string &key) const {
+  std::lock_guard lock(state_->store_mutex);
+  const auto found = state_->store.find(key);
+  if (found == state_->store.end()) return std::nullopt;
+  return found->second;
 }
 
 const std::string &Server::address() const { return state_->address; }

@@ -10,6 +10,7 @@
 // destructor; the store lives only on that thread.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "lib/rendezvous/wire.h"
@@ -28,6 +29,8 @@ class Server {
   // Sets a key from the launcher's own thread (any thread): the launcher tells the ranks
   // through the store which rank ended and how ("perseus/exit/<rank>").
   void publish(const std::string &key, const std::string &value);
+  // A key's value as the store holds it now, if set (the launcher reads what ranks declared).
+  std::optional<std::string> lookup(const std::string &key) const;
 
   const std::string &address() const;
   int port() const;

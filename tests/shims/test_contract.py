@@ -24,6 +24,7 @@ MIRRORED = {
     "LIBRARY": "kLibrary",
     "PACKAGED_LIBRARY": "kPackagedLibrary",
     "BUILD_TREE_LIBRARY": "kBuildTreeLibrary",
+    "ELASTIC_WORKER": "kElasticWorker",
 }
 
 

@@ -69,6 +69,7 @@ void check_same(const JobDescription &got, const JobDescription &want) {
   CHECK(got.stdin_rank == want.stdin_rank);
   CHECK(got.kill_grace_seconds == want.kill_grace_seconds);
   CHECK(got.heartbeat_timeout_seconds == want.heartbeat_timeout_seconds);
+  CHECK(got.elastic == want.elastic);
   CHECK(got.common_environment == want.common_environment);
   REQUIRE(got.ranks.size() == want.ranks.size());
   for (size_t i = 0; i < want.ranks.size(); ++i) {
@@ -98,6 +99,7 @@ TEST_CASE("JobDescription round trips argv, environment and cwd byte for byte") 
   job.stdin_rank = 3;
   job.kill_grace_seconds = 2.5;
   job.heartbeat_timeout_seconds = 7.5;
+  job.elastic = true;
   EnvironmentChanges environment;
   for (size_t i = 0; i < strings.size(); ++i) {
     environment.emplace_back("NAME_" + std::to_string(i), strings[i]);
@@ -232,6 +234,7 @@ TEST_CASE("CBOR messages of the wrong shape throw LaunchError naming the peer") 
                     {"heartbeat_timeout", 10.0},
                     {"secret", bytes_of("s")},
                     {"common_env", {{bytes_of("B"), bytes_of("2")}}},
+                    {"elastic", false},
                     {"ranks", {{{"rank", 0}, {"env", {{bytes_of("A"), bytes_of("1")}}}}}}};
   REQUIRE_NOTHROW(decode_job(cbor(job), kPeer));
   for (const auto &[key, value] : std::vector<std::pair<std::string, json>>{
@@ -241,6 +244,7 @@ TEST_CASE("CBOR messages of the wrong shape throw LaunchError naming the peer") 
            {"kill_grace", "5"},
            {"heartbeat_timeout", "10"},
            {"secret", "text, not bytes"},
+           {"elastic", "yes"},
            {"ranks", json::array({{{"rank", "0"}, {"env", json::array()}}})},
            {"ranks", json::array({{{"rank", 0}, {"env", json::array({"A=1"})}}})},
            {"ranks", json::array({{{"rank", 0}, {"env", {{"A", "1"}}}}})},
@@ -423,7 +427,7 @@ TEST_CASE("nothing to read is not the end of the stream") {
 }
 
 TEST_CASE("an unknown frame type throws LaunchError naming the peer") {
-  for (int type : {0, 15, 100, 255}) {
+  for (int type : {0, 16, 100, 255}) {
     CAPTURE(type);
     ChannelRig rig = ChannelRig::make();
     std::vector<Frame> frames;

@@ -74,6 +74,12 @@ class InvalidArgumentError(PerseusError, ValueError):
         super().__init__(message, ERROR_INVALID_ARGUMENT)
 
 
+class HorovodInternalError(PerseusError):
+    """A collective failed because the job's world broke: a peer was lost, or perseusrun ended
+    the world (elastic jobs). Horovod's exception of that name; hvd.elastic.run rolls the state
+    back to its last commit and joins the next world."""
+
+
 class DuplicateNameError(PerseusError, ValueError):
     """An operation was submitted under a name that is still in flight on this rank (Horovod
     raises ValueError there): nothing was submitted, the job goes on."""
@@ -192,6 +198,9 @@ def _declare(lib):
         "perseus_local_size": ([], c_int),
         "perseus_cross_rank": ([], c_int),
         "perseus_cross_size": ([], c_int),
+        "perseus_elastic_world": ([], c_int),
+        "perseus_elastic_declare": ([], c_int),
+        "perseus_elastic_hosts_updated": ([ctypes.POINTER(ctypes.c_longlong)], c_int),
         "perseus_allreduce": ([c_void, c_void, c_size, c_int, c_int, c_char], c_int),
         "perseus_broadcast": ([c_void, c_size, c_int, c_int, c_char], c_int),
         "perseus_allgather": ([c_void, c_void, c_size, c_int, c_char], c_int),
@@ -304,6 +313,8 @@ def error(code, what):
         message += ": " + detail
     if code == ERROR_INVALID_ARGUMENT and _IN_FLIGHT in detail:
         return DuplicateNameError(message, code, detail)
+    if code == ERROR_COMMUNICATION:
+        return HorovodInternalError(message, code, detail)
     return PerseusError(message, code, detail)
 
 
@@ -435,6 +446,33 @@ def rank():
     return _query(lib().perseus_rank, "perseus_rank")
 
 
+def elastic():
+    """Whether this process is part of an elastic job (perseusrun --host-discovery-script)."""
+    from perseus import _contract
+    return bool(os.environ.get(_contract.ELASTIC_WORKER))
+
+
+def elastic_world():
+    """The elastic world this process joined (-1 outside an elastic job)."""
+    value = lib().perseus_elastic_world()
+    if value < -1:
+        raise error(value, "perseus_elastic_world")
+    return value
+
+
+def elastic_declare():
+    """Tells perseusrun this process joins new worlds in place (perseus_elastic_declare)."""
+    check(lib().perseus_elastic_declare(), "perseus_elastic_declare")
+
+
+def elastic_hosts_updated():
+    """How many times perseusrun found the discovered hosts changed (0 outside elastic jobs)."""
+    count = ctypes.c_longlong()
+    check(lib().perseus_elastic_hosts_updated(ctypes.byref(count)),
+          "perseus_elastic_hosts_updated")
+    return count.value
+
+
 def size():
     return _query(lib().perseus_size, "perseus_size")
 
@@ -501,8 +539,9 @@ class Request:
             self._key = _free_name(self._key)
         if self._result < 0:
             name = ERROR_NAMES.get(self._result, str(self._result))
-            raise PerseusError("%s failed (%s): %s" % (self.what, name, self._detail),
-                               self._result, self._detail)
+            kind = HorovodInternalError if self._result == ERROR_COMMUNICATION else PerseusError
+            raise kind("%s failed (%s): %s" % (self.what, name, self._detail), self._result,
+                       self._detail)
 
     def counts(self, n):
         out = (ctypes.c_size_t * n)()

@@ -107,6 +107,8 @@ class Agent {
   void check_in_cgroup(const Rank &rank);
   pid_t guard_pid() const { return guard_ ? guard_->pid() : 0; }
   void start_ranks();
+  void start_rank_of(const RankLaunch &launch);
+  void add_ranks(const std::string &payload);
   void loop();
   void poll_once();
   void read_frames();
@@ -247,7 +249,11 @@ void Agent::start_ranks() {
   if (job_.argv.empty()) throw InputError("no program to run");
   check_working_directory(job_.working_directory, job_.host_label);
   ensure_fd_room(job_.ranks.size(), job_.host_label);
-  for (const auto &launch : job_.ranks) {
+  for (const auto &launch : job_.ranks) start_rank_of(launch);
+}
+
+void Agent::start_rank_of(const RankLaunch &launch) {
+  {
     RankCommand command;
     EnvironmentChanges environment = rank_changes(job_, launch);
     if (secret_) environment.emplace_back(contract::kSecretFile, secret_->path());
@@ -268,6 +274,20 @@ void Agent::start_ranks() {
     if (rank.process.stdin_pipe.valid()) set_nonblocking(rank.process.stdin_pipe.get());
     channel_.send(FrameType::kStarted, encode(RankStarted{rank.rank, rank.process.pid}));
     ranks_.push_back(std::move(rank));
+  }
+}
+
+// An elastic job's new ranks (kAddRanks), started as the Job's were; none once ending.
+void Agent::add_ranks(const std::string &payload) {
+  if (!job_.elastic || terminating_) return;
+  const JobDescription more = decode_job(payload, channel_.peer());
+  try {
+    ensure_fd_room(ranks_.size() + more.ranks.size(), job_.host_label);
+    for (const auto &launch : more.ranks) start_rank_of(launch);
+  } catch (const InputError &error) {
+    fail(error.what(), kExitUsage);
+  } catch (const LaunchError &error) {
+    fail(error.what(), error.exit_code());
   }
 }
 
@@ -324,6 +344,8 @@ void Agent::handle_frames(const std::vector<Frame> &frames) {
   for (const Frame &frame : frames) {
     if (frame.type == FrameType::kTerminate) {
       terminate(decode_terminate(frame.payload, channel_.peer()).grace_seconds);
+    } else if (frame.type == FrameType::kAddRanks) {
+      add_ranks(frame.payload);
     } else if (frame.type == FrameType::kPauseOutput || frame.type == FrameType::kResumeOutput) {
       output_paused_ = frame.type == FrameType::kPauseOutput;
     } else if (Rank *rank = stdin_rank(); rank && frame.type == FrameType::kStdin) {
@@ -444,6 +466,8 @@ bool Agent::finished() {
   const bool all_reaped =
       std::all_of(ranks_.begin(), ranks_.end(), [](const Rank &r) { return r.reaped; });
   if (!all_reaped) return false;
+  // An elastic job's agent waits for more ranks until told to end (or the launcher is gone).
+  if (job_.elastic && !terminating_ && !launcher_gone_) return false;
   const long long now = monotonic_ms();
   if (now < next_check_ms_) return false;
   next_check_ms_ = now + kRescanMs;

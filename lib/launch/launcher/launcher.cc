@@ -181,6 +181,11 @@ struct Round {
   std::function<std::optional<std::string>(const Discovered &, const std::set<std::string> &,
                                            size_t)>
       resize_check;
+  // Elastic mode, worlds made in place (Launcher::regroup): the usable hosts the script lists
+  // now (nullopt when it fails), and the record of a host's failure (blacklisting, as between
+  // rounds).
+  std::function<std::optional<std::vector<HostSpec>>()> usable_hosts;
+  std::function<void(const std::string &host_key, bool lost)> record_failure;
 };
 
 // How a round ended: what run_launcher needs to decide on a restart and to report it.
@@ -245,8 +250,47 @@ class Launcher {
   std::vector<HostSpec> round_mentions();
   void fit_to_hosts(const std::vector<HostSpec> &mentions, const BareSlots &bare_slots);
 
+  // Elastic mode: every process has an id for the job (the agents' rank number, its output
+  // tag); its place in the current world may differ (job_contract.h, "Elastic jobs").
+  struct Worker {
+    std::string host;  // host key
+    std::string name;  // host name, for messages
+    int slot = 0;      // its local rank when started, which chose its GPU
+    int rank = -1;     // in the current world; -1: not in it
+    bool alive = true;
+  };
+  // A world made in place: when and why, and when every member had joined it.
+  struct InPlaceReset {
+    long long at_ms = 0;
+    std::string why;
+    int world = 0;
+    int size = 0;
+    long long joined_ms = 0;
+  };
+  bool elastic() const { return !round_.discovery_script.empty(); }
+  void start_world();
+  bool survivors_ready() const;
+  bool continue_in_place(const std::string &why, const std::string &failed_host, bool lost);
+  bool regroup(const std::string &why, const std::vector<HostSpec> &specs, bool end_world);
+  JobDescription host_template(const HostSpec &spec);
+  void watch_joins();
+  std::string host_key_of(int id) const;
+  std::string host_name_of(int id) const;
+  std::string world_keys() const;
+  std::string key_of(const Agent &agent) const;
+  void print_in_place_resets() const;
+
   LaunchConfig config_;  // a copy: a restart on fewer hosts runs fewer ranks
   const Round round_;
+  std::map<int, Worker> workers_;
+  int world_ = 0;
+  int next_worker_ = 0;
+  long long hosts_updates_ = 0;
+  JobFacts facts_;
+  EnvironmentChanges exported_;
+  std::set<std::string> leaving_;  // hosts whose ranks were ended on purpose
+  std::vector<InPlaceReset> in_place_;
+  bool finishing_ = false;  // a rank of the current world has finished
   UniqueFd signals_;
   std::map<std::string, Agent> agents_;  // by host key
   std::vector<std::string> agent_order_;
@@ -301,6 +345,7 @@ RoundEnd Launcher::run() {
   if (config_.display_map) display_map();
   output_ = std::make_unique<OutputRouter>(plan_.placement.size(), config_.output_directory,
                                            round_.restart > 0);
+  if (elastic()) start_world();
   for (size_t i = 0; i < plan_.hosts.size(); ++i) {
     const Host &host = plan_.hosts[i];
     agents_.at(host_key(host.user, host.host))
@@ -313,6 +358,7 @@ RoundEnd Launcher::run() {
   loop();
   drain_output();
   print_summary();
+  print_in_place_resets();
   RoundEnd end;
   end.why = why_;
   end.lost_hosts = lost_hosts_;
@@ -387,9 +433,32 @@ void Launcher::check_hosts() {
   const Discovered found = discovery_.get();
   next_discovery_ms_ = now + kDiscoveryIntervalMs;
   std::set<std::string> keys(agent_order_.begin(), agent_order_.end());
-  const std::optional<std::string> reason =
-      round_.resize_check(found, keys, static_cast<size_t>(plan_.placement.size()));
+  size_t ranks = static_cast<size_t>(plan_.placement.size());
+  if (elastic()) {  // the current world's hosts and size (it may have changed in place)
+    keys.clear();
+    ranks = 0;
+    for (const auto &[id, worker] : workers_) {
+      if (worker.alive && worker.rank >= 0) {
+        keys.insert(worker.host);
+        ranks += 1;
+      }
+    }
+  }
+  const std::optional<std::string> reason = round_.resize_check(found, keys, ranks);
   if (!reason) return;
+  if (survivors_ready() && round_.usable_hosts) {
+    // Every process can join a new world in place: added hosts join at the survivors' next
+    // commit (the world goes on until then); hosts gone end their ranks and the world now.
+    const std::optional<std::vector<HostSpec>> specs = round_.usable_hosts();
+    std::set<std::string> listed;
+    for (const HostSpec &spec : specs ? *specs : std::vector<HostSpec>{}) {
+      listed.insert(host_key(spec.user, spec.host));
+    }
+    const bool removed = std::any_of(workers_.begin(), workers_.end(), [&](const auto &entry) {
+      return entry.second.alive && entry.second.rank >= 0 && !listed.count(entry.second.host);
+    });
+    if (specs && regroup(*reason, *specs, removed)) return;
+  }
   resized_ = true;
   note_failure(*reason);
   say("perseusrun: " + *reason + "; ending every rank to restart on the new set of hosts");
@@ -459,6 +528,8 @@ void Launcher::plan(const std::vector<HostSpec> &mentions) {
     const auto found = busy.find(host_key(host.user, host.host));
     return found == busy.end() ? BusyGpus{} : found->second;
   });
+  facts_ = facts;
+  exported_ = exported;
   spdlog::debug("job {}: {} ranks on {} nodes, MASTER_ADDR {} MASTER_PORT {}", facts.job_id,
                 plan_.placement.size(), plan_.placement.nodes.size(), facts.master_addr,
                 facts.master_port);
@@ -557,7 +628,15 @@ void Launcher::loop() {
       say(message);
       end_job(config_.kill_grace_seconds);
     }
-    if (round_.resize_check && !ending_) check_hosts();
+    if (round_.resize_check && !ending_ && !finishing_) check_hosts();
+    if (elastic() && !ending_) {
+      watch_joins();
+      // An elastic agent stays for new ranks: the job ends when none of its processes is left.
+      if (std::none_of(workers_.begin(), workers_.end(),
+                       [](const auto &entry) { return entry.second.alive; })) {
+        end_job(config_.kill_grace_seconds);
+      }
+    }
     if (ending_ && now >= give_up_at_ms_) {
       say("perseusrun: error: agents did not end the job in time; killing them");
       for (auto &[key, agent] : agents_) agent.link->kill();
@@ -645,6 +724,27 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
                 agent.link->host(), exited.exit_code, exited.signal);
   if (exited.rank == 0) stdin_open_ = false;
   ended_ranks_.insert(exited.rank);
+  if (elastic()) {
+    const auto found = workers_.find(exited.rank);
+    if (found == workers_.end()) return;
+    Worker &worker = found->second;
+    worker.alive = false;
+    const int rank = worker.rank;
+    worker.rank = -1;
+    if (rank < 0) return;  // not in the current world: its end changes nothing
+    // A rank that finished: the job is ending, and its world changes no more (as Horovod's).
+    if (exited.exit_code == 0 && exited.signal == 0) finishing_ = true;
+    const std::string how = exited.signal
+                                ? "was killed by signal " + std::to_string(exited.signal) + " (" +
+                                      signal_name(exited.signal) + ")"
+                                : "exited with code " + std::to_string(exited.exit_code);
+    publish_exit(rank, "rank " + std::to_string(rank) + " (host " + worker.name + ", pid " +
+                           std::to_string(exited.pid) + ") " + how);
+    if ((exited.exit_code != 0 || exited.signal != 0) && !ending_ && !leaving_.count(worker.host)) {
+      new_failures_.push_back(exited);
+    }
+    return;
+  }
   if (rendezvous_ && exited.rank >= 0 &&
       static_cast<size_t>(exited.rank) < plan_.placement.ranks.size()) {
     // The ranks that lose a connection to this one read here which peer ended, and how.
@@ -666,22 +766,17 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
 // failures the job did not cause itself by ending.
 void Launcher::report_failures() {
   if (new_failures_.empty()) return;
-  const RankExited &first =
+  const RankExited first =
       *std::min_element(new_failures_.begin(), new_failures_.end(),
                         [](const RankExited &a, const RankExited &b) { return a.rank < b.rank; });
-  failure_ = first;
   new_failures_.clear();
-  const std::string &host =
-      plan_
-          .hosts[static_cast<size_t>(
-              plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)]
-          .host;
-  note_failure(describe_exit(first, host));
-  if (failed_host_.empty()) {
-    const Host &where = plan_.hosts[static_cast<size_t>(
-        plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)];
-    failed_host_ = host_key(where.user, where.host);
+  const std::string host = host_name_of(first.rank);
+  if (elastic() && continue_in_place(describe_exit(first, host), host_key_of(first.rank), false)) {
+    return;
   }
+  failure_ = first;
+  note_failure(describe_exit(first, host));
+  if (failed_host_.empty()) failed_host_ = host_key_of(first.rank);
   say("perseusrun: " + describe_exit(first, host) + "; ending the job");
   end_job(config_.kill_grace_seconds);
 }
@@ -691,6 +786,12 @@ void Launcher::agent_ended(Agent &agent) {
   agent.link->reap(1000);
   const std::string why = agent.link->failure();
   publish_lost_ranks(agent, why.empty() ? "its agent ended unexpectedly" : why);
+  if (!ending_ && elastic() &&
+      continue_in_place("the agent on " + agent.link->host() + " ended unexpectedly" +
+                            (why.empty() ? "" : " (" + why + ")"),
+                        key_of(agent), true)) {
+    return;
+  }
   if (!ending_) {
     note_lost_host(agent);
     note_failure("the agent on " + agent.link->host() + " ended unexpectedly" +
@@ -732,6 +833,10 @@ void Launcher::agent_lost(Agent &agent) {
   agent.link->kill();
   agent.link->reap(1000);
   publish_lost_ranks(agent, why);
+  if (!ending_ && elastic() &&
+      continue_in_place("lost host " + agent.link->host() + ": " + why, key_of(agent), true)) {
+    return;
+  }
   if (!ending_) {
     note_lost_host(agent);
     note_failure("lost host " + agent.link->host() + ": " + why);
@@ -745,6 +850,21 @@ void Launcher::agent_lost(Agent &agent) {
 // read here that it went with its host, so that they blame the host, not one another.
 void Launcher::publish_lost_ranks(const Agent &agent, const std::string &why) {
   if (!rendezvous_) return;
+  if (elastic()) {
+    const std::string key = key_of(agent);
+    for (auto &[id, worker] : workers_) {
+      if (worker.host != key || !worker.alive) continue;
+      worker.alive = false;
+      ended_ranks_.insert(id);
+      if (worker.rank >= 0) {
+        publish_exit(worker.rank, "rank " + std::to_string(worker.rank) + " was lost with host " +
+                                      agent.link->host() + " (" +
+                                      without_host_prefix(why, agent.link->host()) + ")");
+      }
+      worker.rank = -1;
+    }
+    return;
+  }
   for (const RankPlace &place : plan_.placement.ranks) {
     const Host &host = plan_.hosts[static_cast<size_t>(place.host_index)];
     if (ended_ranks_.count(place.rank) || &agents_.at(host_key(host.user, host.host)) != &agent) {
@@ -761,9 +881,9 @@ void Launcher::publish_lost_ranks(const Agent &agent, const std::string &why) {
 // How a rank ended, in the store for the ranks still waiting on it (lib/rendezvous/job_contract.h),
 // and the first such note under one key too, so that ranks can watch for it cheaply.
 void Launcher::publish_exit(int rank, const std::string &note) {
-  rendezvous_->publish(contract::exit_key(rank), note);
+  rendezvous_->publish(world_keys() + contract::exit_key(rank), note);
   if (!first_exit_published_) {
-    rendezvous_->publish(contract::kFirstExitKey, note);
+    rendezvous_->publish(world_keys() + contract::kFirstExitKey, note);
     first_exit_published_ = true;
   }
 }
@@ -858,11 +978,7 @@ void Launcher::print_summary() {
   std::string summary;
   if (failure_) {
     const RankExited &first = *failure_;
-    const std::string &host =
-        plan_
-            .hosts[static_cast<size_t>(
-                plan_.placement.ranks[static_cast<size_t>(first.rank)].host_index)]
-            .host;
+    const std::string host = host_name_of(first.rank);
     const std::vector<std::string> tail = output_->stderr_tail(first.rank);
     summary += "perseusrun: " + describe_exit(first, host);
     if (tail.empty()) {
@@ -882,6 +998,337 @@ void Launcher::print_summary() {
     pollfd out{sink.poll_fd(), POLLOUT, 0};
     poll(&out, 1, 50);
   }
+}
+
+// ---- Elastic mode: worlds made in place (job_contract.h, "Elastic jobs") ----
+
+std::string Launcher::world_keys() const {
+  return elastic() ? contract::elastic_prefix(world_) : std::string();
+}
+
+std::string Launcher::key_of(const Agent &agent) const {
+  for (const auto &[key, candidate] : agents_) {
+    if (&candidate == &agent) return key;
+  }
+  return "";
+}
+
+std::string Launcher::host_key_of(int id) const {
+  if (elastic()) {
+    const auto found = workers_.find(id);
+    return found == workers_.end() ? "" : found->second.host;
+  }
+  const Host &where =
+      plan_.hosts[static_cast<size_t>(plan_.placement.ranks[static_cast<size_t>(id)].host_index)];
+  return host_key(where.user, where.host);
+}
+
+std::string Launcher::host_name_of(int id) const {
+  if (elastic()) {
+    const auto found = workers_.find(id);
+    return found == workers_.end() ? "?" : found->second.name;
+  }
+  return plan_.hosts[static_cast<size_t>(plan_.placement.ranks[static_cast<size_t>(id)].host_index)]
+      .host;
+}
+
+// World 0 is the plan's: each process's id is its rank, and every agent stays for new ranks.
+void Launcher::start_world() {
+  for (size_t i = 0; i < plan_.hosts.size(); ++i) {
+    plan_.jobs[i].elastic = true;
+    for (RankLaunch &launch : plan_.jobs[i].ranks) {
+      launch.environment.emplace_back(contract::kElasticWorker, std::to_string(launch.rank));
+    }
+  }
+  for (const RankPlace &place : plan_.placement.ranks) {
+    const Host &host = plan_.hosts[static_cast<size_t>(place.host_index)];
+    workers_[place.rank] = Worker{host_key(host.user, host.host), host.host, place.local_rank,
+                                  place.rank, true};
+    rendezvous_->publish(contract::elastic_place_key(0, place.rank),
+                         std::to_string(place.rank) + " " + std::to_string(plan_.placement.size()) +
+                             " " + std::to_string(place.local_rank) + " " +
+                             std::to_string(place.local_size) + " " +
+                             std::to_string(place.cross_rank) + " " +
+                             std::to_string(place.cross_size));
+  }
+  next_worker_ = plan_.placement.size();
+  rendezvous_->publish(contract::kElasticWorldKey, "0");
+}
+
+// Whether every process of the current world still running has said it can join a new world
+// in place (perseus_elastic_declare: Horovod's elastic API), and one at least runs.
+bool Launcher::survivors_ready() const {
+  if (!rendezvous_ || finishing_) return false;
+  bool any = false;
+  for (const auto &[id, worker] : workers_) {
+    if (!worker.alive || worker.rank < 0) continue;
+    if (!rendezvous_->lookup(contract::elastic_ready_key(id))) return false;
+    any = true;
+  }
+  return any;
+}
+
+// A rank failed or a host was lost: when the survivors can, they go on in a new world made of
+// them and the free slots of the usable hosts (Horovod's elastic driver); else false, and the
+// job ends as without elastic processes (a restart of every rank, Rounds).
+bool Launcher::continue_in_place(const std::string &why, const std::string &failed_host,
+                                 bool lost) {
+  if (!survivors_ready() || !round_.usable_hosts || !round_.record_failure) return false;
+  round_.record_failure(failed_host, lost);
+  const std::optional<std::vector<HostSpec>> specs = round_.usable_hosts();
+  if (!specs) return false;
+  note_failure(why);
+  if (!regroup(why, *specs, true)) {
+    failed_at_ms_ = 0;  // the round's failure is said again as it ends
+    return false;
+  }
+  failed_at_ms_ = 0;
+  return true;
+}
+
+// A job description for one host as if it ran alone (its GPU binding, exports, the store): new
+// processes on it take their launch from here, with the new world's place variables on top.
+JobDescription Launcher::host_template(const HostSpec &spec) {
+  const std::string key = host_key(spec.user, spec.host);
+  LaunchConfig single = config_;
+  const Hello &hello = *agents_.at(key).hello;
+  const BareSlots bare = [&](const HostSpec &) -> std::optional<int> {
+    return hello.gpu_count && *hello.gpu_count > 0 ? std::optional<int>(*hello.gpu_count)
+                                                   : std::nullopt;
+  };
+  const std::vector<Host> merged = merge_hosts({spec}, bare);
+  single.np = static_cast<int>(slot_room(merged, config_.npernode));
+  single.min_np = 0;
+  JobPlan plan = place_job(single, {spec}, bare);
+  describe_jobs(single, plan, [&](const Host &) -> const Hello & { return hello; }, facts_,
+                exported_);
+  return plan.jobs.at(0);
+}
+
+// Makes world_ + 1 of the processes still running on the usable hosts `specs` and new ones in
+// their free slots (up to --max-np), publishes every member's place, and starts the new ones.
+// With `end_world` the current world ends now (its operations fail; its ranks roll back to
+// their last commit); without, it goes on until its ranks take in the change at their next
+// commit (hosts added: HostsUpdatedInterrupt). False, with nothing changed, when too few ranks
+// would be left (--min-np): the job then ends as without elastic processes.
+bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &specs,
+                       bool end_world) {
+  const std::vector<Host> hosts = merge_hosts(specs, {});
+  std::map<std::string, const HostSpec *> spec_of;
+  for (const HostSpec &spec : specs) spec_of.emplace(host_key(spec.user, spec.host), &spec);
+  struct Member {
+    int id;
+    bool fresh;
+  };
+  std::vector<std::vector<Member>> on_host(hosts.size());
+  std::map<std::string, size_t> index_of;
+  for (size_t h = 0; h < hosts.size(); ++h) index_of[host_key(hosts[h].user, hosts[h].host)] = h;
+  long long size = 0;
+  for (const auto &[id, worker] : workers_) {
+    const auto found = index_of.find(worker.host);
+    if (!worker.alive || found == index_of.end() || leaving_.count(worker.host)) continue;
+    on_host[found->second].push_back({id, false});
+    size += 1;
+  }
+  const long long cap = config_.max_np ? config_.max_np : LLONG_MAX;
+  std::vector<std::pair<size_t, int>> fresh_slots;  // (host index, slot)
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    const int slots = config_.npernode ? config_.npernode : hosts[h].slots;
+    std::set<int> taken;
+    for (const Member &m : on_host[h]) taken.insert(workers_.at(m.id).slot);
+    for (int slot = 0; slot < slots && size < cap; ++slot) {
+      if (taken.count(slot)) continue;
+      fresh_slots.emplace_back(h, slot);
+      size += 1;
+    }
+  }
+  const long long fewest = config_.min_np ? config_.min_np : std::max(1, config_.np);
+  if (size < fewest) {
+    say("perseusrun: " + std::to_string(size) + " ranks' worth of usable hosts, fewer than " +
+        "--min-np " + std::to_string(fewest) + ": the job cannot go on in place");
+    return false;
+  }
+  if (!end_world && fresh_slots.empty()) return false;
+  // Agents for hosts that have none running (new hosts, or one whose agent ended).
+  std::vector<HostSpec> to_reach;
+  std::set<std::string> reaching;
+  for (const auto &[h, slot] : fresh_slots) {
+    const std::string key = host_key(hosts[h].user, hosts[h].host);
+    const auto agent = agents_.find(key);
+    if ((agent == agents_.end() || agent->second.done) && reaching.insert(key).second) {
+      to_reach.push_back(*spec_of.at(key));
+    }
+  }
+  std::vector<ReachedAgent> reached;
+  try {
+    reached = reach_agents(to_reach, config_, Failures::kThrow);
+  } catch (const std::exception &error) {
+    say(std::string("perseusrun: error: ") + error.what() + "; the job cannot go on in place");
+    return false;
+  }
+  const HeartbeatTiming timing =
+      heartbeat_timing(config_.heartbeat_timeout_seconds, "--heartbeat-timeout");
+  std::set<std::string> new_agents;
+  for (ReachedAgent &agent : reached) {
+    const std::string key = host_key(agent.spec.user, agent.spec.host);
+    Agent &slot = agents_[key];
+    if (slot.link) slot.link->kill();
+    slot.link = std::move(agent.link);
+    slot.hello = std::move(agent.hello);
+    slot.done = false;
+    slot.heartbeat = Heartbeat(timing, monotonic_ms());
+    if (std::find(agent_order_.begin(), agent_order_.end(), key) == agent_order_.end()) {
+      agent_order_.push_back(key);
+    }
+    new_agents.insert(key);
+  }
+  // The old world ends first, so that no rank of it acts on the new one's keys.
+  if (end_world) {
+    for (int w = std::max(0, world_ - 1); w <= world_; ++w) {
+      rendezvous_->publish(contract::elastic_ended_key(w), why);
+    }
+  }
+  // Processes on hosts no longer usable are ended.
+  for (auto &[key, agent] : agents_) {
+    if (index_of.count(key) || agent.done || leaving_.count(key)) continue;
+    agent.link->channel().send(FrameType::kTerminate, encode(Terminate{config_.kill_grace_seconds}));
+    leaving_.insert(key);
+  }
+  for (const auto &[h, slot] : fresh_slots) {
+    const int id = next_worker_++;
+    workers_[id] = Worker{host_key(hosts[h].user, hosts[h].host), hosts[h].host, slot, -1, true};
+    on_host[h].push_back({id, true});
+  }
+  output_->grow(next_worker_);
+  // Places. Rank 0 must hold the committed state that every rank takes at the next sync: the
+  // survivors keep their order (hosts by their lowest rank, each host's processes by rank), and
+  // the new processes come after them (on their hosts by slot; new hosts in the script's order).
+  const auto old_rank = [this](const Member &m) {
+    const int rank = workers_.at(m.id).rank;
+    return m.fresh || rank < 0 ? LLONG_MAX : static_cast<long long>(rank);
+  };
+  std::vector<size_t> host_order(hosts.size());
+  std::vector<long long> first_rank(hosts.size(), LLONG_MAX);
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    host_order[h] = h;
+    std::vector<Member> &members = on_host[h];
+    std::sort(members.begin(), members.end(), [&](const Member &a, const Member &b) {
+      const long long ra = old_rank(a), rb = old_rank(b);
+      if (ra != rb) return ra < rb;
+      return workers_.at(a.id).slot < workers_.at(b.id).slot;
+    });
+    if (!members.empty()) first_rank[h] = old_rank(members.front());
+  }
+  std::stable_sort(host_order.begin(), host_order.end(),
+                   [&](size_t a, size_t b) { return first_rank[a] < first_rank[b]; });
+  Placement world;
+  std::vector<int> member_ids;
+  int node = 0;
+  for (size_t h : host_order) {
+    const std::vector<Member> &members = on_host[h];
+    if (members.empty()) continue;
+    world.nodes.push_back(static_cast<int>(h));
+    for (size_t i = 0; i < members.size(); ++i) {
+      RankPlace place;
+      place.rank = world.size();
+      place.host_index = static_cast<int>(h);
+      place.node_rank = node;
+      place.local_rank = static_cast<int>(i);
+      place.local_size = static_cast<int>(members.size());
+      world.ranks.push_back(place);
+      member_ids.push_back(members[i].id);
+    }
+    node += 1;
+  }
+  for (RankPlace &place : world.ranks) {
+    for (const RankPlace &other : world.ranks) {
+      if (other.local_size > place.local_rank && other.local_rank == place.local_rank) {
+        place.cross_size += 1;
+        if (other.node_rank < place.node_rank) place.cross_rank += 1;
+      }
+    }
+  }
+  world_ += 1;
+  first_exit_published_ = false;
+  for (auto &[id, worker] : workers_) worker.rank = -1;
+  for (const RankPlace &place : world.ranks) {
+    const int id = member_ids[static_cast<size_t>(place.rank)];
+    workers_.at(id).rank = place.rank;
+    rendezvous_->publish(contract::elastic_place_key(world_, id),
+                         std::to_string(place.rank) + " " + std::to_string(world.size()) + " " +
+                             std::to_string(place.local_rank) + " " +
+                             std::to_string(place.local_size) + " " +
+                             std::to_string(place.cross_rank) + " " +
+                             std::to_string(place.cross_size));
+  }
+  rendezvous_->publish(contract::kElasticWorldKey, std::to_string(world_));
+  // After the world: a rank that sees the change (at its commit) finds the world to join.
+  if (!end_world) {
+    rendezvous_->publish(contract::kElasticHostsKey, std::to_string(++hosts_updates_));
+  }
+  // The new processes, into their hosts' running agents or in a Job of a new agent.
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    const std::string key = host_key(hosts[h].user, hosts[h].host);
+    std::vector<RankLaunch> launches;
+    JobDescription job;
+    for (const Member &member : on_host[h]) {
+      if (!member.fresh) continue;
+      if (launches.empty()) job = host_template(*spec_of.at(key));
+      const Worker &worker = workers_.at(member.id);
+      RankLaunch launch =
+          job.ranks.at(std::min(static_cast<size_t>(worker.slot), job.ranks.size() - 1));
+      launch.rank = member.id;
+      for (auto &variable : rank_environment(world, worker.rank, facts_)) {
+        launch.environment.push_back(std::move(variable));
+      }
+      launch.environment.emplace_back(contract::kElasticWorker, std::to_string(member.id));
+      launches.push_back(std::move(launch));
+    }
+    if (launches.empty()) continue;
+    job.ranks = std::move(launches);
+    job.elastic = true;
+    job.stdin_rank = -1;
+    agents_.at(key).link->channel().send(new_agents.count(key) ? FrameType::kJob
+                                                               : FrameType::kAddRanks,
+                                         encode(job));
+  }
+  in_place_.push_back({monotonic_ms(), why, world_, world.size(), 0});
+  say("perseusrun: " + why + "; world " + std::to_string(world_) + " of " +
+      std::to_string(world.size()) + " ranks" +
+      (fresh_slots.empty() ? "" : " (" + std::to_string(fresh_slots.size()) + " new)") +
+      (end_world ? ", from the ranks' last commit" : ", at the ranks' next commit"));
+  return true;
+}
+
+// When every member of the latest world has joined it (perseus_elastic_declare with its number).
+void Launcher::watch_joins() {
+  if (in_place_.empty() || in_place_.back().joined_ms) return;
+  const std::string world = std::to_string(world_);
+  for (const auto &[id, worker] : workers_) {
+    if (worker.rank < 0) continue;
+    const auto ready = rendezvous_->lookup(contract::elastic_ready_key(id));
+    if (!ready || *ready != world) return;
+  }
+  in_place_.back().joined_ms = monotonic_ms();
+}
+
+void Launcher::print_in_place_resets() const {
+  if (in_place_.empty()) return;
+  std::string summary = "perseusrun: " + std::to_string(in_place_.size()) + " new world" +
+                        (in_place_.size() == 1 ? "" : "s") + " made in place:\n";
+  for (const InPlaceReset &reset : in_place_) {
+    char line[160];
+    snprintf(line, sizeof line, "perseusrun:   world %d (%d ranks): ", reset.world, reset.size);
+    summary += line + reset.why;
+    if (reset.joined_ms) {
+      snprintf(line, sizeof line, "; every rank joined it %.2f s later\n",
+               static_cast<double>(reset.joined_ms - reset.at_ms) / 1000.0);
+      summary += line;
+    } else {
+      summary += "; not every rank joined it\n";
+    }
+  }
+  fputs(summary.c_str(), stderr);
 }
 
 bool Launcher::all_done() const {
@@ -1101,6 +1548,18 @@ int Rounds::run() {
     round_.discovery_script = config_.host_discovery_script;
     round_.resize_check = [this](const Discovered &found, const std::set<std::string> &keys,
                                  size_t ranks) { return resize_reason(found, keys, ranks); };
+    round_.usable_hosts = [this]() -> std::optional<std::vector<HostSpec>> {
+      const Discovered found = run_discovery(config_.host_discovery_script);
+      if (!found.problem.empty()) return std::nullopt;
+      return usable(found);
+    };
+    round_.record_failure = [this](const std::string &key, bool lost) {
+      if (lost) {
+        blacklist(key, key, "was lost");
+      } else {
+        count_failure(key, key);
+      }
+    };
   }
   for (;;) {
     if (elastic_ && !choose_hosts()) {

@@ -55,7 +55,14 @@ OutputRouter::OutputRouter(int world_size, const std::string &directory, bool ap
     stdout_ = std::make_unique<OutputSink>(STDOUT_FILENO, "stdout");
     stderr_ = std::make_unique<OutputSink>(STDERR_FILENO, "stderr");
   }
-  for (int rank = 0; rank < world_size; ++rank) {
+  directory_ = directory;
+  append_ = append;
+  grow(world_size);
+}
+
+void OutputRouter::grow(int world_size) {
+  const int first = static_cast<int>(streams_.size() / 2);
+  for (int rank = first; rank < world_size; ++rank) {
     for (bool is_stderr : {false, true}) {
       OutputSink &sink = is_stderr && stderr_ ? *stderr_ : *stdout_;
       auto tagged = [this, &sink, rank](std::string_view line) { queue(sink, rank, line); };
@@ -63,11 +70,12 @@ OutputRouter::OutputRouter(int world_size, const std::string &directory, bool ap
           {std::make_unique<LineTagger>(LineTagger::tag_for(rank, is_stderr), tagged), UniqueFd()});
     }
   }
-  if (!directory.empty()) open_files(world_size, directory, append);
+  if (!directory_.empty()) open_files(first, world_size, directory_, append_);
 }
 
-void OutputRouter::open_files(int world_size, const std::string &directory, bool append) {
-  for (int rank = 0; rank < world_size; ++rank) {
+void OutputRouter::open_files(int first, int world_size, const std::string &directory,
+                              bool append) {
+  for (int rank = first; rank < world_size; ++rank) {
     const std::filesystem::path folder =
         std::filesystem::path(directory) / "1" / ("rank." + std::to_string(rank));
     std::error_code error;

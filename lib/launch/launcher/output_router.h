@@ -30,6 +30,8 @@ class OutputRouter {
   // Creates the per-rank files when `directory` is not empty (appends to them with `append`: a
   // restarted job's later rounds); throws LaunchError if it cannot.
   OutputRouter(int world_size, const std::string &directory, bool append = false);
+  // Makes room for ranks (an elastic job's new processes) up to world_size - 1.
+  void grow(int world_size);
 
   void write(const OutputChunk &chunk);
   // One of perseusrun's own messages, a line without its newline, to stderr.
@@ -50,12 +52,14 @@ class OutputRouter {
   std::string loss_report() const;
 
  private:
+  std::string directory_;
+  bool append_ = false;
   struct Stream {
     std::unique_ptr<LineTagger> tagger;
     UniqueFd file;
   };
   Stream &stream(int rank, OutputStream which);
-  void open_files(int world_size, const std::string &directory, bool append);
+  void open_files(int first, int world_size, const std::string &directory, bool append);
   void queue(OutputSink &sink, int rank, std::string_view line);
   std::vector<OutputSink *> sinks() const;
 

@@ -95,6 +95,7 @@ std::string encode(const JobDescription &m) {
                      {"heartbeat_timeout", m.heartbeat_timeout_seconds},
                      {"secret", as_bytes(m.secret)},
                      {"common_env", encode_environment(m.common_environment)},
+                     {"elastic", m.elastic},
                      {"ranks", ranks}});
 }
 
@@ -110,6 +111,7 @@ JobDescription decode_job(const std::string &payload, const std::string &peer) {
     m.heartbeat_timeout_seconds = j.at("heartbeat_timeout").get<double>();
     m.secret = from_bytes(j.at("secret"));
     m.common_environment = decode_environment(j.at("common_env"));
+    m.elastic = j.at("elastic").get<bool>();
     for (const auto &rank : j.at("ranks")) {
       m.ranks.push_back(RankLaunch{rank.at("rank").get<int>(), decode_environment(rank.at("env"))});
     }

@@ -21,7 +21,7 @@
 
 namespace perseus::launch {
 
-inline constexpr int kProtocolVersion = 2;
+inline constexpr int kProtocolVersion = 3;
 
 struct Hello {
   std::string version;  // PERSEUS_VERSION of the agent
@@ -56,6 +56,9 @@ struct JobDescription {
   EnvironmentChanges common_environment;
   std::vector<RankLaunch> ranks;
   double heartbeat_timeout_seconds = 10;  // a launcher silent this long is lost (heartbeat.h)
+  // An elastic job (--host-discovery-script): the agent stays when its ranks have ended, for
+  // ranks the launcher may add (kAddRanks), until the launcher says Terminate.
+  bool elastic = false;
 };
 
 // The variables perseusrun sets for one rank of `job`, lowest precedence first (a later entry

@@ -24,7 +24,7 @@ uint32_t decode_length(const std::string &buffer) {
 
 bool known_type(uint8_t type) {
   return (type >= static_cast<uint8_t>(FrameType::kHello) &&
-          type <= static_cast<uint8_t>(FrameType::kHeartbeat)) ||
+          type <= static_cast<uint8_t>(FrameType::kAddRanks)) ||
          type == static_cast<uint8_t>(FrameType::kPauseOutput) ||
          type == static_cast<uint8_t>(FrameType::kResumeOutput);
 }

@@ -31,6 +31,9 @@ enum class FrameType : uint8_t {
   kCheck = 12,        // launcher -> agent: look at GPUs and ports (host_check.h), before a Job
   kCheckReport = 13,  // agent -> launcher: what it found
   kHeartbeat = 14,    // both ways, empty, every heartbeat interval once the job runs (heartbeat.h)
+  // launcher -> agent, elastic jobs only: more ranks to start into the running job (a
+  // JobDescription whose `ranks` alone are read; the rest is the Job's).
+  kAddRanks = 15,
   // launcher -> agent: perseusrun's stdout or stderr is not taking output; stop reading the
   // ranks' pipes (so that they block) until kResumeOutput. Other frames flow on.
   kPauseOutput = 30,

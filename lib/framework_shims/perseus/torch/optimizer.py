@@ -6,6 +6,7 @@ import warnings
 
 import torch
 
+from perseus import _native
 from perseus.torch import _buckets, _grad, ops
 from perseus.torch.compression import NoneCompressor, from_env as compression_from_env
 
@@ -80,7 +81,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # all-reduce); in a job of one rank there are no hooks either, and synchronize() does
         # locally what the all-reduce of one rank would (see _synchronize_alone).
         self._member = self._process_set.included()
-        self._alone = self._member and ops.size() == 1
+        # (An elastic job keeps its hooks: its world may grow.)
+        self._alone = self._member and ops.size() == 1 and not _native.elastic()
         # Gradient buckets (see _buckets.py), where no explicit groups are given (one rank
         # uses them too where synchronize() all-reduces after all).
         self._buckets = []
@@ -222,6 +224,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._delay[p] = self.backward_passes_per_step
         output = ops.synchronize(handle)
         bucket.scatter(compression.decompress(output, ctx), grads)
+
+    def _forget_pending(self):
+        """Drops the all-reduces in flight and the counts of a step that a failed world cut
+        short (hvd.elastic: the step is done again from the last commit)."""
+        self._handles.clear()
+        for bucket in self._buckets:
+            bucket.pending, bucket.ready = None, 0
+        for g in self._group_ready:
+            g.clear()
+        for p in self._requires_update:
+            self._delay[p] = self.backward_passes_per_step
+        self._synchronized = False
 
     def synchronize(self):
         """Waits for every gradient's all-reduce (submitting those whose hook did not run, e.g.
