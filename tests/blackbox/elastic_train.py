@@ -38,6 +38,7 @@ def main():
     parser.add_argument("--report", required=True)
     parser.add_argument("--commit-every", type=int, default=1)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("marker", nargs="?")  # the tests' mark on their processes
     args = parser.parse_args()
     torch.set_num_threads(1)
     hvd.init()

@@ -349,22 +349,6 @@ print("rank 1 connected", bool(accepted))
                                            "rank 1 connected True"], show(proc)
 
 
-def test_elastic_api_is_refused_by_name():
-    # hvd.elastic is not built yet: a Horovod elastic script is told so (and what to do instead)
-    # when it decorates its training function, instead of an AttributeError.
-    code = ("import perseus.torch.horovod as hvd\n"
-            "try:\n    hvd.elastic.run(lambda state: None)\n"
-            "except NotImplementedError as e:\n    print('refused:', e)\n"
-            "try:\n    hvd.elastic.TorchState(model=None)\n"
-            "except NotImplementedError as e:\n    print('refused:', e)\n")
-    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=clean_env())
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("refused:")]
-    assert len(lines) == 2, show(proc)
-    assert "elastic.run" in lines[0] and "--max-restarts" in lines[0], show(proc)
-    assert "TorchState" in lines[1], show(proc)
-
-
 @pytest.mark.parametrize("n", [2, 3])
 def test_horovod_conformance(n):
     # Shapes that differ between ranks are refused everywhere and the job goes on; a name in
@@ -411,3 +395,10 @@ def test_duplicate_parameter_names_are_named_with_the_fix():
     assert "has 7 duplicate name(s): 'w0', 'w1', 'w2', 'w3', 'w4' and 2 more. " in second, \
         show(proc)
     assert "prefixed: ok" in proc.stdout, show(proc)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_elastic_state_objects(n):
+    # hvd.elastic's ObjectState, TorchState, ElasticSampler and run() in a job whose world never
+    # changes (tests/blackbox/test_elastic_in_place.py changes it).
+    expect_all_passed(run_ranks(n, "elastic_state.py"), n, "elastic_state")
