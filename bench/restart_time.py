@@ -10,7 +10,12 @@ and resumes from the checkpoint), waits for its first checkpoint, SIGKILLs rank 
 the wall-clock time from the kill to the first training step of the restarted round (rank 0
 writes it). torchrun runs with its defaults (its agent looks at its workers every
 --monitor-interval, 5 s by default in torch 1.13, 0.1 s in torch >= 2.4); a second torchrun row
-with --monitor-interval 0.1 shows what that setting costs. Prints the medians and the spread.
+with --monitor-interval 0.1 shows what that setting costs. The row perseusrun-in-place runs
+tests/blackbox/elastic_train.py (Horovod's elastic API: hvd.elastic.run, TorchState, a commit
+every step) in elastic mode (--host-discovery-script listing localhost with the ranks' slots):
+rank 1 is SIGKILLed at step 4, the survivors join world 1 in their own processes with a new
+process in the freed slot, and the time runs to the end of the first step of world 1. Prints the
+medians and the spread.
 """
 import argparse
 import json
@@ -25,10 +30,19 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "blackbox", "ddp_resume.py")
+ELASTIC_SCRIPT = os.path.join(ROOT, "tests", "blackbox", "elastic_train.py")
 PERSEUSRUN = os.path.join(ROOT, "build", "apps", "perseusrun", "perseusrun")
 
 
 def command(kind, ranks, work):
+    if kind == "perseusrun-in-place":
+        discover = os.path.join(work, "discover.sh")
+        with open(discover, "w") as f:
+            f.write("#!/bin/sh\necho localhost:%d\n" % ranks)
+        os.chmod(discover, 0o755)
+        return [PERSEUSRUN, "-np", str(ranks), "--host-discovery-script", discover,
+                sys.executable, ELASTIC_SCRIPT, "--steps", "20", "--step-seconds", "0.1",
+                "--report", work]
     script = [SCRIPT, "--epochs", "4", "--epoch-seconds", "0.5",
               "--checkpoint", os.path.join(work, "ckpt.pt"), "--report", work]
     if kind == "perseusrun":
@@ -53,6 +67,8 @@ def one_run(kind, ranks):
         proc = subprocess.Popen(command(kind, ranks, work), env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)
         deadline = time.monotonic() + 120
+        if kind == "perseusrun-in-place":
+            return in_place(proc, work, deadline)
         while not os.path.exists(os.path.join(work, "epoch.1")):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("%s ended or stalled before its first checkpoint: %s"
@@ -74,11 +90,36 @@ def one_run(kind, ranks):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def in_place(proc, work, deadline):
+    """SIGKILLs rank 1 of elastic_train.py at step 4; seconds to world 1's first step."""
+    while not os.path.exists(os.path.join(work, "step.0.4")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("ended or stalled before step 4: %s"
+                               % proc.stderr.read().decode()[-2000:])
+        time.sleep(0.01)
+    victim = None
+    for name in os.listdir(work):
+        if name.startswith("events."):
+            with open(os.path.join(work, name)) as f:
+                if json.loads(f.readline())["rank"] == 1:
+                    victim = int(name.split(".")[1])
+    killed = time.time()
+    os.kill(victim, signal.SIGKILL)
+    rc = proc.wait(timeout=180)
+    if rc != 0:
+        raise RuntimeError("exited %d: %s" % (rc, proc.stderr.read().decode()[-2000:]))
+    steps = [os.path.getmtime(os.path.join(work, n)) for n in os.listdir(work)
+             if n.startswith("step.1.")]
+    if not steps:
+        raise RuntimeError("no step in world 1: %s" % proc.stderr.read().decode()[-2000:])
+    return min(steps) - killed
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--kinds", default="perseusrun,torchrun,torchrun-0.1")
+    parser.add_argument("--kinds", default="perseusrun,perseusrun-in-place,torchrun,torchrun-0.1")
     parser.add_argument("--json")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
