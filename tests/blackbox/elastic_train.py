@@ -9,7 +9,9 @@ the whole batch's whatever the world size), and state.commit() runs every K step
 appends to DIR/events.<pid> one JSON line per event: "joined" (world, rank, size, step) after each
 sync, "reset" (why), and at the end "final" (rank, size, the steps done, a checksum of its
 parameters). Rank 0 of each world also writes DIR/step.<world>.<step> as it goes, so that a test
-knows when to strike. Exits 0 after the last step.
+knows when to strike. With --die-at S --die-rank R, the process that is rank R when it reaches
+step S exits with code 3 (in worlds below --die-until-world, default 2). Exits 0 after the last
+step.
 """
 import perseus.torch as hvd  # noqa: I001 - Horovod's `import horovod.torch as hvd`
 
@@ -38,6 +40,9 @@ def main():
     parser.add_argument("--report", required=True)
     parser.add_argument("--commit-every", type=int, default=1)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("--die-at", type=int, default=-1)
+    parser.add_argument("--die-rank", type=int, default=-1)
+    parser.add_argument("--die-until-world", type=int, default=2)
     parser.add_argument("marker", nargs="?")  # the tests' mark on their processes
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -72,6 +77,10 @@ def main():
             loss.backward()
             optimizer.step()
             state.step += 1
+            if (state.step == args.die_at and me == args.die_rank and
+                    _native.elastic_world() < args.die_until_world):
+                event(args.report, what="dies", world=_native.elastic_world(), rank=me)
+                os._exit(3)
             if me == 0:
                 open(os.path.join(args.report, "step.%d.%d" % (_native.elastic_world(),
                                                                 state.step)), "w").close()

@@ -114,6 +114,28 @@ def test_a_failed_rank_is_replaced_in_place(launcher):
     assert launcher.wait_gone(5, ("cmdline", "environ")) == {}, str(res)
 
 
+def test_too_few_ranks_left_end_after_the_elastic_timeout(launcher):
+    """The script now lists one slot and a rank dies: one rank is fewer than --min-np 2, so the
+    job cannot go on in place; it waits --elastic-timeout for hosts, then ends with the failure's
+    exit code and says why."""
+    report = launcher.tmp / "report"
+    report.mkdir()
+    script, write = discovery(launcher, "localhost:2\n")
+    p = launcher.start(["--host-discovery-script", script, "--min-np", "2", "--elastic-timeout",
+                        "2"] + train_args(report, 40, 0.1, 1) + ["--die-at", "6", "--die-rank",
+                                                                   "1"])
+    wait_step(report, 0, 3, p, launcher)
+    write("localhost:1\n")
+    time.sleep(1.5)  # the script's next reading
+    res = launcher.finish(p, timeout=60)
+    assert res.rc == 3, str(res)
+    said = res.own_messages()
+    assert any("fewer than --min-np 2: the job cannot go on in place" in l for l in said), str(res)
+    assert any("after --elastic-timeout 2 s, fewer than --min-np 2" in l for l in said), str(res)
+    assert not worlds_said(res), str(res)
+    assert launcher.wait_gone(5, ("cmdline", "environ")) == {}, str(res)
+
+
 def test_a_plain_script_in_elastic_mode_is_restarted_whole(launcher):
     """A script that does not use hvd.elastic never said it can join in place: a failure ends
     and restarts every rank, as before (test_elastic.py has the rest)."""
@@ -180,6 +202,32 @@ def test_a_lost_host_leaves_four_ranks_in_place(launcher, hosts, loss):
     seconds = float(re.search(r"joined it ([0-9.]+) s later", joined[0]).group(1))
     print("%s: world 1 joined %.2f s after perseusrun made it; %.1f s from the loss to the end"
           % (loss, seconds, time.monotonic() - started))
+    assert wait_hosts_clean(hosts, 15) == {}
+
+
+def test_a_host_failing_twice_is_blacklisted_in_place(launcher, hosts):
+    """2 hosts x 2 ranks; rank 3 (on the second host) dies at step 5, and so does the process
+    that replaces it: the second host has failed twice and is blacklisted, its last process is
+    ended, and the 2 ranks of the first host finish in world 2, in their own processes."""
+    a = hosts.addresses
+    report = launcher.tmp / "report"
+    report.mkdir()
+    script, _ = discovery(launcher, "%s:2\n%s:2\n" % (a[0], a[1]))
+    p = launcher.start(["--host-discovery-script", script, "--min-np", "2"] +
+                       train_args(report, 20, 0.1, 2) + ["--die-at", "5", "--die-rank", "3",
+                                                         launcher.marker],
+                       env=ssh_env(launcher, hosts.home))
+    res = launcher.finish(p, timeout=120)
+    assert res.rc == 0, str(res)
+    done = check_finished_together(report, 2, 20, res)
+    assert all(f["world"] == 2 for f in done.values()), done
+    dead = [e for evs in events(report).values() for e in evs if e["what"] == "dies"]
+    assert [e["world"] for e in dead] == [0, 1], dead
+    said = res.own_messages()
+    assert any("host %s failed twice: blacklisted" % a[1] in l for l in said), str(res)
+    worlds = worlds_said(res)
+    assert len(worlds) == 2 and "world 1 of 4 ranks (1 new)" in worlds[0], str(res)
+    assert "world 2 of 2 ranks" in worlds[1], str(res)
     assert wait_hosts_clean(hosts, 15) == {}
 
 
