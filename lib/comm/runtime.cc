@@ -116,8 +116,9 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
   const std::string address = address_toward(job_.rendezvous_addr, job_.rendezvous_port);
   // An elastic world's keys are its own (every process of it, old or new, uses them); else each
   // perseus_init of the job's processes has its own.
-  const std::string keys = job_.elastic_worker >= 0 ? world_keys_ + "comm/"
-                                                    : "perseus/comm/" + std::to_string(generation) + "/";
+  const std::string keys = job_.elastic_worker >= 0
+                               ? world_keys_ + "comm/"
+                               : "perseus/comm/" + std::to_string(generation) + "/";
   // Every host-memory connection of this perseus_init, the job's (set 0) and each process
   // set's, is made here, under keys of its own in the job's store.
   HostExecutor::ConnectSet connect = [this, keys, address](int set, int rank_in_set, int set_size) {
@@ -166,8 +167,8 @@ void Runtime::join_elastic_world() {
   const auto deadline = Clock::now() + job_.init_timeout;
   const int worker = job_.elastic_worker;
   const auto fail = [&](Code code, const std::string &what) {
-    throw Error(code, "elastic worker " + std::to_string(worker) + " (" +
-                          contract::kElasticWorker + "): " + what);
+    throw Error(code, "elastic worker " + std::to_string(worker) + " (" + contract::kElasticWorker +
+                          "): " + what);
   };
   for (;;) {
     int world = -1;
@@ -194,16 +195,17 @@ void Runtime::join_elastic_world() {
     if (!ended) {
       if (place.empty()) {
         fail(Code::kRendezvous, "perseusrun left this process out of the job's world " +
-                                    std::to_string(world) + " (it ends the processes it leaves out)");
+                                    std::to_string(world) +
+                                    " (it ends the processes it leaves out)");
       }
       JobEnvironment placed = job_;
-      if (sscanf(place.c_str(), "%d %d %d %d %d %d", &placed.rank, &placed.size,
-                 &placed.local_rank, &placed.local_size, &placed.cross_rank,
-                 &placed.cross_size) != 6 ||
+      if (sscanf(place.c_str(), "%d %d %d %d %d %d", &placed.rank, &placed.size, &placed.local_rank,
+                 &placed.local_size, &placed.cross_rank, &placed.cross_size) != 6 ||
           placed.rank < 0 || placed.rank >= placed.size || placed.local_rank < 0 ||
           placed.local_rank >= placed.local_size || placed.cross_rank < 0 ||
           placed.cross_rank >= placed.cross_size) {
-        fail(Code::kRendezvous, "malformed place '" + place + "' in world " + std::to_string(world));
+        fail(Code::kRendezvous,
+             "malformed place '" + place + "' in world " + std::to_string(world));
       }
       placed.node_rank = -1;  // hosts are told apart by name (the launcher's node numbers change)
       placed.elastic_world = world;
@@ -272,8 +274,8 @@ Runtime::Runtime(JobEnvironment job, EngineSettings settings, int generation, Al
 // wait that missed the close). Polls once a second while the runtime lives.
 void Runtime::watch_for_ended_peers() {
   // An elastic world's end is looked for more often: every survivor waits for it to go on.
-  const auto kPoll = job_.elastic_worker >= 0 ? std::chrono::milliseconds(100)
-                                              : std::chrono::milliseconds(1000);
+  const auto kPoll =
+      job_.elastic_worker >= 0 ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1000);
   constexpr auto kStuckAfter = std::chrono::seconds(5);
   std::string ended;
   std::unique_lock lock(watchdog_mutex_);
@@ -292,8 +294,7 @@ void Runtime::watch_for_ended_peers() {
       if (!why.empty()) {
         world_ended_ = true;
         engine_->abort(Code::kCommunication,
-                       "the job's world " + std::to_string(job_.elastic_world) +
-                           " ended (" + why +
+                       "the job's world " + std::to_string(job_.elastic_world) + " ended (" + why +
                            "): this process may join the next one after perseus_finalize");
       }
     }
@@ -715,8 +716,8 @@ int Runtime::join(int device) {
 
 bool Runtime::shutdown() {
   // After an elastic world's end the thread may wait on a peer that is gone: not for long.
-  const bool left = world_ended_ ? engine_->shutdown(std::chrono::milliseconds(500))
-                                 : engine_->shutdown();
+  const bool left =
+      world_ended_ ? engine_->shutdown(std::chrono::milliseconds(500)) : engine_->shutdown();
   stop_watchdog();
   return left;
 }

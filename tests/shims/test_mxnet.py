@@ -344,3 +344,53 @@ def test_collectives_alone_are_a_job_of_one():
     assert proc.returncode == 0, show(proc)
     passed = re.findall(r"^mxnet alone: (\d+) checks passed$", proc.stdout, re.M)
     assert len(passed) == 1 and int(passed[0]) > 500, show(proc)
+
+
+def elastic_finals(report):
+    """The last "final" event of every process of mxnet_ranks/elastic_train.py."""
+    import json
+    found = {}
+    for name in os.listdir(report):
+        if name.startswith("events."):
+            events = [json.loads(l) for l in open(os.path.join(report, name)) if l.strip()]
+            finals = [e for e in events if e["what"] == "final"]
+            if finals:
+                found[int(name.split(".")[1])] = (finals[-1], events)
+    return found
+
+
+@pytest.mark.parametrize("elastic", [False, True])
+def test_elastic_state_in_place(tmp_path, elastic):
+    """hvd.elastic with MXNetState (a Gluon model, DistributedTrainer): in elastic mode rank 1
+    dies at step 8 and the two others go on in world 1 with a new process, from their last
+    commit, in their own processes; without elastic mode the same script just trains."""
+    report = tmp_path / "report"
+    report.mkdir()
+    hosts = ["-H", "localhost:3"]
+    args = ["--steps", "24", "--report", str(report)]
+    if elastic:
+        script = tmp_path / "discover.sh"
+        script.write_text("#!/bin/sh\necho localhost:3\n")
+        script.chmod(0o755)
+        hosts = ["-np", "3", "--host-discovery-script", str(script)]
+        args += ["--die-at", "8", "--die-rank", "1", "--step-seconds", "0.05"]
+    cmd = [PERSEUSRUN] + hosts + ["-x", "PYTHONPATH=" + SHIMS, "-x",
+                                  "PERSEUS_LIBRARY=" + LIBPERSEUS, PYTHON,
+                                  str(RANKS / "elastic_train.py")] + args
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=TIMEOUT,
+                          env=clean_env(), cwd=str(ROOT), stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, show(proc)
+    finals = elastic_finals(report)
+    assert len(finals) == 3, (finals, show(proc))
+    assert {f["size"] for f, _ in finals.values()} == {3}
+    assert {f["step"] for f, _ in finals.values()} == {24}
+    assert len({f["checksum"] for f, _ in finals.values()}) == 1, finals
+    assert all(f["equal"] for f, _ in finals.values())
+    if not elastic:
+        assert {f["world"] for f, _ in finals.values()} == {-1}
+        return
+    assert {f["world"] for f, _ in finals.values()} == {1}, finals
+    joins = sorted(len([e for e in events if e["what"] == "joined"])
+                   for _, events in finals.values())
+    assert joins == [1, 2, 2], "two survivors joined twice, the new process once: %s" % finals
+    assert "world 1 of 3 ranks (1 new), from the ranks' last commit" in proc.stderr, show(proc)

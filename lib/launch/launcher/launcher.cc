@@ -1042,14 +1042,13 @@ void Launcher::start_world() {
   }
   for (const RankPlace &place : plan_.placement.ranks) {
     const Host &host = plan_.hosts[static_cast<size_t>(place.host_index)];
-    workers_[place.rank] = Worker{host_key(host.user, host.host), host.host, place.local_rank,
-                                  place.rank, true};
-    rendezvous_->publish(contract::elastic_place_key(0, place.rank),
-                         std::to_string(place.rank) + " " + std::to_string(plan_.placement.size()) +
-                             " " + std::to_string(place.local_rank) + " " +
-                             std::to_string(place.local_size) + " " +
-                             std::to_string(place.cross_rank) + " " +
-                             std::to_string(place.cross_size));
+    workers_[place.rank] =
+        Worker{host_key(host.user, host.host), host.host, place.local_rank, place.rank, true};
+    rendezvous_->publish(
+        contract::elastic_place_key(0, place.rank),
+        std::to_string(place.rank) + " " + std::to_string(plan_.placement.size()) + " " +
+            std::to_string(place.local_rank) + " " + std::to_string(place.local_size) + " " +
+            std::to_string(place.cross_rank) + " " + std::to_string(place.cross_size));
   }
   next_worker_ = plan_.placement.size();
   rendezvous_->publish(contract::kElasticWorldKey, "0");
@@ -1100,8 +1099,8 @@ JobDescription Launcher::host_template(const HostSpec &spec) {
   single.np = static_cast<int>(slot_room(merged, config_.npernode));
   single.min_np = 0;
   JobPlan plan = place_job(single, {spec}, bare);
-  describe_jobs(single, plan, [&](const Host &) -> const Hello & { return hello; }, facts_,
-                exported_);
+  describe_jobs(
+      single, plan, [&](const Host &) -> const Hello & { return hello; }, facts_, exported_);
   return plan.jobs.at(0);
 }
 
@@ -1111,8 +1110,7 @@ JobDescription Launcher::host_template(const HostSpec &spec) {
 // their last commit); without, it goes on until its ranks take in the change at their next
 // commit (hosts added: HostsUpdatedInterrupt). False, with nothing changed, when too few ranks
 // would be left (--min-np): the job then ends as without elastic processes.
-bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &specs,
-                       bool end_world) {
+bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &specs, bool end_world) {
   const std::vector<Host> hosts = merge_hosts(specs, {});
   std::map<std::string, const HostSpec *> spec_of;
   for (const HostSpec &spec : specs) spec_of.emplace(host_key(spec.user, spec.host), &spec);
@@ -1191,7 +1189,8 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
   // Processes on hosts no longer usable are ended.
   for (auto &[key, agent] : agents_) {
     if (index_of.count(key) || agent.done || leaving_.count(key)) continue;
-    agent.link->channel().send(FrameType::kTerminate, encode(Terminate{config_.kill_grace_seconds}));
+    agent.link->channel().send(FrameType::kTerminate,
+                               encode(Terminate{config_.kill_grace_seconds}));
     leaving_.insert(key);
   }
   for (const auto &[h, slot] : fresh_slots) {
@@ -1254,12 +1253,11 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
   for (const RankPlace &place : world.ranks) {
     const int id = member_ids[static_cast<size_t>(place.rank)];
     workers_.at(id).rank = place.rank;
-    rendezvous_->publish(contract::elastic_place_key(world_, id),
-                         std::to_string(place.rank) + " " + std::to_string(world.size()) + " " +
-                             std::to_string(place.local_rank) + " " +
-                             std::to_string(place.local_size) + " " +
-                             std::to_string(place.cross_rank) + " " +
-                             std::to_string(place.cross_size));
+    rendezvous_->publish(
+        contract::elastic_place_key(world_, id),
+        std::to_string(place.rank) + " " + std::to_string(world.size()) + " " +
+            std::to_string(place.local_rank) + " " + std::to_string(place.local_size) + " " +
+            std::to_string(place.cross_rank) + " " + std::to_string(place.cross_size));
   }
   rendezvous_->publish(contract::kElasticWorldKey, std::to_string(world_));
   // After the world: a rank that sees the change (at its commit) finds the world to join.
@@ -1288,9 +1286,8 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
     job.ranks = std::move(launches);
     job.elastic = true;
     job.stdin_rank = -1;
-    agents_.at(key).link->channel().send(new_agents.count(key) ? FrameType::kJob
-                                                               : FrameType::kAddRanks,
-                                         encode(job));
+    agents_.at(key).link->channel().send(
+        new_agents.count(key) ? FrameType::kJob : FrameType::kAddRanks, encode(job));
   }
   in_place_.push_back({monotonic_ms(), why, world_, world.size(), 0});
   say("perseusrun: " + why + "; world " + std::to_string(world_) + " of " +

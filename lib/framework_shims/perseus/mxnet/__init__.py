@@ -11,7 +11,7 @@
 CPU NDArrays (MXNet from PyPI is a CPU build); see ops.py for how NDArrays reach libperseus and
 lib/framework_shims/README.md for the whole surface.
 """
-from perseus._native import PerseusError  # noqa: F401
+from perseus._native import HorovodInternalError, PerseusError  # noqa: F401
 from perseus.mxnet.ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_process_set, allgather,
     allgather_object, allreduce, allreduce_, alltoall, barrier, broadcast, broadcast_,
@@ -26,9 +26,11 @@ from perseus.mxnet.optimizer import DistributedOptimizer, DistributedTrainer  # 
 from perseus.mxnet.compression import Compression  # noqa: F401
 from perseus.mxnet.kvstore import PerseusKVStore, PerseusOp, create  # noqa: F401
 from perseus.mxnet.sync_batch_norm import PerseusSyncBatchNorm  # noqa: F401
+from perseus.mxnet import elastic  # noqa: F401,I001 - last: it uses the modules above
 
 __all__ = [
-    "PerseusError", "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "PerseusError", "HorovodInternalError", "elastic", "Average", "Sum", "Adasum", "Min", "Max",
+    "Product",
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
     "cross_rank", "cross_size", "barrier", "gloo_built", "gloo_enabled", "nccl_built",
     "mpi_built", "mpi_enabled", "mpi_threads_supported", "ccl_built", "cuda_built",

@@ -96,10 +96,23 @@ class DistributedTrainer(mx.gluon.Trainer):
         # As Horovod: averaged within process_set; outside it, the rank's own gradients.
         self._process_set = ops._of(process_set)
         ops._set_id(self._process_set)
-        self._scale *= (gradient_predivide_factor / self._process_set.size())
         self._gradient_predivide_factor = gradient_predivide_factor
         self._prefix = prefix if prefix else ""
         self._compression = compression if compression is not None else Compression.none
+
+    # gluon.Trainer's scale of the gradients, divided by the set's size as it is now (an elastic
+    # job's world changes size) and times gradient_predivide_factor. Trainer.__init__ sets it.
+    @property
+    def _scale(self):
+        base = self.__dict__.get("_base_scale", 1.0)
+        process_set = self.__dict__.get("_process_set")
+        if process_set is None:
+            return base
+        return base * self._gradient_predivide_factor / process_set.size()
+
+    @_scale.setter
+    def _scale(self, value):
+        self.__dict__["_base_scale"] = value
 
     def _allreduce_grads(self):
         if self._process_set.size() == 1 or not self._process_set.included():

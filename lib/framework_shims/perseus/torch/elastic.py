@@ -1,119 +1,33 @@
-"""Horovod's elastic API for perseus.torch: `hvd.elastic.run`, `TorchState`, `ObjectState`,
-`ElasticSampler`, as `horovod.torch.elastic` defines them.
-
-Under perseusrun's elastic mode (--host-discovery-script), every process has an id for the whole
-job, and each hvd.init() joins the job's latest world, which perseusrun publishes
-(lib/rendezvous/job_contract.h, "Elastic jobs"). `run` tells perseusrun that this process can
-join a new world in place; then, when a rank fails or a host is lost, perseusrun ends the world
-and makes the next of the survivors and of new processes in the free slots, and here:
-
-- the survivors' pending and later operations fail with HorovodInternalError; `run` restores the
-  state to its last commit, leaves the old world (hvd.shutdown()) and joins the new one
-  (hvd.init()) in this process, calls the reset callbacks, syncs the state from the new rank 0
-  (always a survivor: perseusrun keeps the survivors' order) and calls the function again;
-- when hosts are added, the world goes on until the next `state.commit()` (or
-  `state.check_host_updates()`), where every rank raises HostsUpdatedInterrupt at the same step
-  (rank 0's view is broadcast), and all join the larger world without a rollback.
-
-Outside an elastic job (a plain perseusrun job) `run` just calls the function, after a sync.
+"""Horovod's elastic API for perseus.torch (`hvd.elastic`): `run`, `State`, `ObjectState`,
+`TorchState`, `ElasticSampler`, `HostsUpdatedInterrupt`, as `horovod.torch.elastic` defines them.
+How a change of world goes: perseus/_elastic.py and docs/USAGE.md, "Elastic jobs".
 """
 import copy
-import functools
 import math
 import random
-import time
 
 import torch
 
-from perseus import _native
-from perseus._native import HorovodInternalError, PerseusError
+from perseus import _elastic
+from perseus._elastic import HostsUpdatedInterrupt, State  # noqa: F401 - Horovod's names
+from perseus._native import HorovodInternalError  # noqa: F401
 from perseus.torch import ops
 from perseus.torch.functions import broadcast_optimizer_state, broadcast_parameters
 
 
-class HostsUpdatedInterrupt(RuntimeError):
-    """Raised by State.commit() / check_host_updates() on every rank at the same step when
-    perseusrun has found the discovered hosts changed. skip_sync: only hosts were removed, so
-    the state need not be synced again (as Horovod's)."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("the job's hosts changed: joining the new world")
-        self.skip_sync = skip_sync
+def _broadcast_object(obj):
+    return ops.broadcast_object(obj, root_rank=0, name="perseus.elastic.state")
 
 
-class State:
-    """What a training process keeps across worlds; subclasses say how to save, restore and
-    sync it. `bcast_object(obj)` sends rank 0's object to every rank."""
-
-    def __init__(self, bcast_object, get_rank):
-        self._bcast_object = bcast_object
-        self._rank = get_rank
-        self._reset_callbacks = []
-        self._known_updates = _hosts_updated()
-
-    def register_reset_callbacks(self, callbacks):
-        """Functions called after each change of world (e.g. to scale the learning rate by the
-        new hvd.size())."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        self._known_updates = _hosts_updated()
-        self.reset()
-        for callback in self._reset_callbacks:
-            callback()
-
-    def commit(self):
-        """Saves the state (what a failure rolls back to), then check_host_updates()."""
-        self.save()
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt on every rank at once when perseusrun has made a new world
-        with more hosts since this process joined its own (rank 0's view decides)."""
-        now = _hosts_updated()
-        known, now = self._bcast_object((self._known_updates, now))
-        if now > known:
-            self._known_updates = now
-            raise HostsUpdatedInterrupt(False)
-
-    def save(self):
-        raise NotImplementedError()
-
-    def restore(self):
-        raise NotImplementedError()
-
-    def sync(self):
-        raise NotImplementedError()
-
-    def reset(self):
-        """Called after each change of world, before the sync."""
+run = _elastic.make_run(ops.init, ops.shutdown)
 
 
-class ObjectState(State):
+class ObjectState(_elastic.ObjectState):
     """State of plain Python objects given as keyword arguments (attributes of the state):
-    saved as copies, synced from rank 0 with broadcast_object."""
+    saved as copies at each commit, synced from rank 0 with broadcast_object."""
 
     def __init__(self, bcast_object=None, get_rank=None, **kwargs):
-        bcast_object = bcast_object or _broadcast_object
-        self._saved_state = kwargs
-        self._set_attrs()
-        super().__init__(bcast_object=bcast_object, get_rank=get_rank or ops.rank)
-
-    def save(self):
-        self._saved_state = {name: copy.deepcopy(getattr(self, name))
-                             for name in self._saved_state}
-
-    def restore(self):
-        self._set_attrs()
-
-    def sync(self):
-        if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state)
-            self._set_attrs()
-
-    def _set_attrs(self):
-        for name, value in self._saved_state.items():
-            object.__setattr__(self, name, copy.deepcopy(value))
+        super().__init__(bcast_object or _broadcast_object, get_rank or ops.rank, **kwargs)
 
 
 class _Handler:
@@ -263,63 +177,6 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     def __len__(self):
         return self.num_samples
-
-
-def _broadcast_object(obj):
-    return ops.broadcast_object(obj, root_rank=0, name="perseus.elastic.state")
-
-
-def _hosts_updated():
-    return _native.elastic_hosts_updated() if _native.elastic() else 0
-
-
-def _declare():
-    if _native.elastic():
-        _native.elastic_declare()
-
-
-# How long a process keeps trying to join the next world when a join fails because that world
-# broke too (another failure while joining).
-_JOIN_ATTEMPTS = 20
-
-
-def _reset():
-    """Leaves the world and joins the next one, in this process."""
-    for attempt in range(_JOIN_ATTEMPTS):
-        ops.shutdown()
-        try:
-            ops.init()
-            _declare()
-            return
-        except PerseusError:
-            if attempt + 1 == _JOIN_ATTEMPTS:
-                raise
-            time.sleep(0.1)
-
-
-def run(func):
-    """Decorator for the training function `func(state, ...)`: runs it until it returns, through
-    changes of world (see the module's doc). Collective operations must happen inside `func`,
-    after the state's sync, never before."""
-
-    @functools.wraps(func)
-    def wrapper(state, *args, **kwargs):
-        _declare()
-        skip_sync = False
-        while True:
-            try:
-                if not skip_sync:
-                    state.sync()
-                return func(state, *args, **kwargs)
-            except HorovodInternalError:
-                state.restore()
-                skip_sync = False
-            except HostsUpdatedInterrupt as interrupt:
-                skip_sync = interrupt.skip_sync
-            _reset()
-            state.on_reset()
-
-    return wrapper
 
 
 __all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler",
