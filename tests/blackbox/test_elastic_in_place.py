@@ -136,6 +136,25 @@ def test_too_few_ranks_left_end_after_the_elastic_timeout(launcher):
     assert launcher.wait_gone(5, ("cmdline", "environ")) == {}, str(res)
 
 
+def test_reset_limit_counts_the_worlds_made_in_place(launcher):
+    """--reset-limit 1: rank 1 dies at step 5, and in world 1 (rolled back to step 4) the new
+    rank 1 dies there again: no second world is made, and no restart either; the job ends with
+    the failure's code."""
+    report = launcher.tmp / "report"
+    report.mkdir()
+    script, _ = discovery(launcher, "localhost:3\n")
+    res = launcher.run(["--host-discovery-script", script, "--reset-limit", "1"] +
+                       train_args(report, 20, 0.05, 4) + ["--die-at", "5", "--die-rank", "1"])
+    assert res.rc == 3, str(res)
+    said = res.own_messages()
+    assert len(worlds_said(res)) == 1, str(res)
+    assert any("--reset-limit 1 reached: no new world is made in place" in l for l in said), \
+        str(res)
+    assert any("--reset-limit 1 reached; the job ends" in l for l in said), str(res)
+    assert not any("restarting every rank" in l for l in said), str(res)
+    assert launcher.wait_gone(5, ("cmdline", "environ")) == {}, str(res)
+
+
 def test_a_plain_script_in_elastic_mode_is_restarted_whole(launcher):
     """A script that does not use hvd.elastic never said it can join in place: a failure ends
     and restarts every rank, as before (test_elastic.py has the rest)."""

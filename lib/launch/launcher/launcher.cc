@@ -186,6 +186,7 @@ struct Round {
   // rounds).
   std::function<std::optional<std::vector<HostSpec>>()> usable_hosts;
   std::function<void(const std::string &host_key, bool lost)> record_failure;
+  int resets_before = 0;  // restarts and worlds made in place in earlier rounds (--reset-limit)
 };
 
 // How a round ended: what run_launcher needs to decide on a restart and to report it.
@@ -201,6 +202,7 @@ struct RoundEnd {
   bool resized = false;                 // ended because the discovered hosts changed
   long long failed_at_ms = 0;           // when the failure was seen
   long long started_at_ms = 0;          // when every rank of the round had started
+  int worlds_in_place = 0;              // new worlds made in place during the round
 };
 
 class Launcher {
@@ -367,6 +369,7 @@ RoundEnd Launcher::run() {
   end.resized = resized_;
   end.failed_at_ms = failed_at_ms_;
   end.started_at_ms = started_at_ms_;
+  end.worlds_in_place = static_cast<int>(in_place_.size());
   end.restartable = !received_signal_ && !timed_out_ &&
                     (resized_ || (!fatal_ && (failure_ || !lost_hosts_.empty())));
   if (received_signal_) {
@@ -1111,6 +1114,13 @@ JobDescription Launcher::host_template(const HostSpec &spec) {
 // commit (hosts added: HostsUpdatedInterrupt). False, with nothing changed, when too few ranks
 // would be left (--min-np): the job then ends as without elastic processes.
 bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &specs, bool end_world) {
+  // Every world made in place is a reset, as each restart is (horovodrun's --reset-limit).
+  const int resets = round_.resets_before + static_cast<int>(in_place_.size());
+  if (config_.reset_limit >= 0 && resets >= config_.reset_limit) {
+    say("perseusrun: --reset-limit " + std::to_string(config_.reset_limit) +
+        " reached: no new world is made in place");
+    return false;
+  }
   const std::vector<Host> hosts = merge_hosts(specs, {});
   std::map<std::string, const HostSpec *> spec_of;
   for (const HostSpec &spec : specs) spec_of.emplace(host_key(spec.user, spec.host), &spec);
@@ -1402,6 +1412,7 @@ class Rounds {
   bool elastic_ = false;
   int failure_cap_ = 0;
   int failure_restarts_ = 0;
+  int worlds_in_place_ = 0;    // new worlds made in place, over every round
   int last_failure_code_ = 0;  // the exit code of the last failure that asked for a restart
   int signal_ = 0;             // a signal that came while waiting for hosts
   Round round_;
@@ -1582,17 +1593,20 @@ int Rounds::run() {
       resets_.back().resumed_at_ms = end.started_at_ms;
     }
     exit_code = end.exit_code;
+    worlds_in_place_ += end.worlds_in_place;
     if (!end.resized && end.exit_code != kExitSuccess) last_failure_code_ = end.exit_code;
     if (!end.restartable || pending_signal()) break;
     if (!end.resized) {
       if (failure_restarts_ >= failure_cap_) break;
       failure_restarts_ += 1;
     }
-    if (config_.reset_limit >= 0 && static_cast<int>(resets_.size()) >= config_.reset_limit) {
+    if (config_.reset_limit >= 0 &&
+        static_cast<int>(resets_.size()) + worlds_in_place_ >= config_.reset_limit) {
       fprintf(stderr, "perseusrun: --reset-limit %d reached; the job ends\n", config_.reset_limit);
       break;
     }
     round_.restart += 1;
+    round_.resets_before = static_cast<int>(resets_.size()) + 1 + worlds_in_place_;
     // A lost host is left out: in elastic mode blacklisted (it may come back after the
     // cool-down), else for the rest of the job. A host whose rank failed first is blacklisted
     // in elastic mode at its second failure.
