@@ -16,9 +16,9 @@ import pytest
 
 from conftest import PY, TIMEOUT
 from test_elastic import discovery
-from test_restarts import finish_with_link_down
+from test_restarts import lose_host
 from test_ssh import ssh_env, wait_hosts_clean
-from test_ssh_faults import hosts, job_processes_on  # noqa: F401 - hosts: the fixture
+from test_ssh_faults import hosts  # noqa: F401 - the fixture
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "elastic_train.py")
@@ -199,15 +199,7 @@ def test_a_lost_host_leaves_four_ranks_in_place(launcher, hosts, loss):
     first = {pid: evs[0] for pid, evs in events(report).items()}
     assert len(first) == 6, first
     started = time.monotonic()
-    if loss == "killed":
-        for pid in job_processes_on(hosts, 2):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        res = launcher.finish(p, timeout=120)
-    else:
-        res = finish_with_link_down(launcher, hosts, p, 2, timeout=120)
+    res = lose_host(launcher, hosts, p, 2, loss, timeout=120)
     assert res.rc == 0, str(res)
     done = check_finished_together(report, 4, 40, res)
     assert set(done) <= set(first), "a process was started again: %s" % done

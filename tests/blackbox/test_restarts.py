@@ -152,6 +152,19 @@ def finish_with_link_down(launcher, hosts, p, i, timeout):
         hosts.set_link(i, True)
 
 
+def lose_host(launcher, hosts, p, i, loss, timeout):
+    """Host i is lost: its processes SIGKILLed, its agent too ("killed"), or its link taken down
+    ("link down"); waits for perseusrun."""
+    if loss == "link down":
+        return finish_with_link_down(launcher, hosts, p, i, timeout)
+    for pid in job_processes_on(hosts, i):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return launcher.finish(p, timeout=timeout)
+
+
 def restart_seconds(res):
     """The 'stopped N s' of the first restart in perseusrun's summary."""
     summary = restart_summary(res)
@@ -208,15 +221,7 @@ def test_ddp_script_resumes_from_its_checkpoint_after_a_lost_host(launcher, host
     while not (report / "epoch.2").exists():  # two epochs checkpointed
         assert p.poll() is None and time.monotonic() < deadline, str(launcher._result(p))
         time.sleep(0.1)
-    if loss == "killed":
-        for pid in job_processes_on(hosts, 2):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        res = launcher.finish(p, timeout=120)
-    else:
-        res = finish_with_link_down(launcher, hosts, p, 2, timeout=120)
+    res = lose_host(launcher, hosts, p, 2, loss, timeout=120)
     assert res.rc == 0, str(res)
     finals = [json.loads((report / n).read_text()) for n in sorted(os.listdir(report))
               if n.startswith("final.")]

@@ -126,6 +126,23 @@ class ObjectState(State):
 _JOIN_ATTEMPTS = 20
 
 
+def for_shim(ops):
+    """(run, ObjectState, broadcast_object) of the shim whose ops module `ops` is (its init,
+    shutdown, rank and broadcast_object)."""
+
+    def broadcast_object(obj):
+        return ops.broadcast_object(obj, root_rank=0, name="perseus.elastic.state")
+
+    class ShimObjectState(ObjectState):
+        __doc__ = ObjectState.__doc__
+
+        def __init__(self, bcast_object=None, get_rank=None, **kwargs):
+            super().__init__(bcast_object or broadcast_object, get_rank or ops.rank, **kwargs)
+
+    ShimObjectState.__name__ = ShimObjectState.__qualname__ = "ObjectState"
+    return make_run(ops.init, ops.shutdown), ShimObjectState, broadcast_object
+
+
 def make_run(init, shutdown):
     """Horovod's elastic `run` decorator for a shim whose init() and shutdown() these are."""
 

@@ -15,19 +15,7 @@ from perseus.torch import ops
 from perseus.torch.functions import broadcast_optimizer_state, broadcast_parameters
 
 
-def _broadcast_object(obj):
-    return ops.broadcast_object(obj, root_rank=0, name="perseus.elastic.state")
-
-
-run = _elastic.make_run(ops.init, ops.shutdown)
-
-
-class ObjectState(_elastic.ObjectState):
-    """State of plain Python objects given as keyword arguments (attributes of the state):
-    saved as copies at each commit, synced from rank 0 with broadcast_object."""
-
-    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
-        super().__init__(bcast_object or _broadcast_object, get_rank or ops.rank, **kwargs)
+run, ObjectState, _broadcast_object = _elastic.for_shim(ops)
 
 
 class _Handler:
