@@ -53,7 +53,8 @@ done
 export PERSEUS_NODE_RANK=$node PERSEUS_NUM_NODES=${#per_host[@]}
 export OMPI_COMM_WORLD_LOCAL_RANK=$local_rank OMPI_COMM_WORLD_LOCAL_SIZE=$local_size
 export LOCAL_RANK=$local_rank LOCAL_WORLD_SIZE=$local_size GROUP_RANK=$node NODE_RANK=$node
-export NCCL_HOSTID="perseus-simulated-rank-$rank"
+# A process of an elastic job keeps its id while its rank changes: one host per process.
+export NCCL_HOSTID="perseus-simulated-rank-${PERSEUS_ELASTIC_WORKER:-$rank}"
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 export NCCL_NVLS_ENABLE=0

@@ -43,17 +43,20 @@ def main():
     parser.add_argument("--die-at", type=int, default=-1)
     parser.add_argument("--die-rank", type=int, default=-1)
     parser.add_argument("--die-until-world", type=int, default=2)
+    parser.add_argument("--cuda", action="store_true",
+                        help="the model and data on the GPU (NCCL): the GPU machine's check")
     parser.add_argument("marker", nargs="?")  # the tests' mark on their processes
     args = parser.parse_args()
     torch.set_num_threads(1)
     hvd.init()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    device = torch.device("cuda" if args.cuda else "cpu")
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     g = torch.Generator().manual_seed(1)
-    inputs = torch.randn(BATCH, 6, generator=g)
-    targets = torch.randn(BATCH, 3, generator=g)
+    inputs = torch.randn(BATCH, 6, generator=g).to(device)
+    targets = torch.randn(BATCH, 3, generator=g).to(device)
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0, resets=0)
 
     def on_reset():
@@ -91,7 +94,7 @@ def main():
 
     train(state)
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    checksum = hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
+    checksum = hashlib.sha256(flat.cpu().numpy().tobytes()).hexdigest()[:16]
     everyone = hvd.allgather_object(checksum, name="checksums")
     event(args.report, what="final", world=_native.elastic_world(), rank=hvd.rank(),
           size=hvd.size(), step=state.step, checksum=checksum,
