@@ -30,6 +30,7 @@
 #include "lib/launch/launcher/output_sink.h"
 #include "lib/launch/local_host.h"
 #include "lib/launch/log.h"
+#include "lib/launch/planning/elastic_world.h"
 #include "lib/launch/planning/host_list_parser.h"
 #include "lib/launch/planning/host_merge.h"
 #include "lib/launch/planning/hostfile_parser.h"
@@ -1124,44 +1125,29 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
   const std::vector<Host> hosts = merge_hosts(specs, {});
   std::map<std::string, const HostSpec *> spec_of;
   for (const HostSpec &spec : specs) spec_of.emplace(host_key(spec.user, spec.host), &spec);
-  struct Member {
-    int id;
-    bool fresh;
-  };
-  std::vector<std::vector<Member>> on_host(hosts.size());
   std::map<std::string, size_t> index_of;
   for (size_t h = 0; h < hosts.size(); ++h) index_of[host_key(hosts[h].user, hosts[h].host)] = h;
-  long long size = 0;
+  std::vector<WorldSurvivor> survivors;
   for (const auto &[id, worker] : workers_) {
     const auto found = index_of.find(worker.host);
     if (!worker.alive || found == index_of.end() || leaving_.count(worker.host)) continue;
-    on_host[found->second].push_back({id, false});
-    size += 1;
+    survivors.push_back({id, found->second, worker.slot, worker.rank});
   }
-  const long long cap = config_.max_np ? config_.max_np : LLONG_MAX;
-  std::vector<std::pair<size_t, int>> fresh_slots;  // (host index, slot)
-  for (size_t h = 0; h < hosts.size(); ++h) {
-    const int slots = config_.npernode ? config_.npernode : hosts[h].slots;
-    std::set<int> taken;
-    for (const Member &m : on_host[h]) taken.insert(workers_.at(m.id).slot);
-    for (int slot = 0; slot < slots && size < cap; ++slot) {
-      if (taken.count(slot)) continue;
-      fresh_slots.emplace_back(h, slot);
-      size += 1;
-    }
-  }
+  const WorldPlan next = plan_world(hosts, survivors, config_.npernode,
+                                    config_.max_np ? config_.max_np : LLONG_MAX, next_worker_);
+  const long long size = next.placement.size();
   const long long fewest = config_.min_np ? config_.min_np : std::max(1, config_.np);
   if (size < fewest) {
     say("perseusrun: " + std::to_string(size) + " ranks' worth of usable hosts, fewer than " +
         "--min-np " + std::to_string(fewest) + ": the job cannot go on in place");
     return false;
   }
-  if (!end_world && fresh_slots.empty()) return false;
+  if (!end_world && next.fresh.empty()) return false;
   // Agents for hosts that have none running (new hosts, or one whose agent ended).
   std::vector<HostSpec> to_reach;
   std::set<std::string> reaching;
-  for (const auto &[h, slot] : fresh_slots) {
-    const std::string key = host_key(hosts[h].user, hosts[h].host);
+  for (const NewProcess &fresh : next.fresh) {
+    const std::string key = host_key(hosts[fresh.host].user, hosts[fresh.host].host);
     const auto agent = agents_.find(key);
     if ((agent == agents_.end() || agent->second.done) && reaching.insert(key).second) {
       to_reach.push_back(*spec_of.at(key));
@@ -1203,60 +1189,14 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
                                encode(Terminate{config_.kill_grace_seconds}));
     leaving_.insert(key);
   }
-  for (const auto &[h, slot] : fresh_slots) {
-    const int id = next_worker_++;
-    workers_[id] = Worker{host_key(hosts[h].user, hosts[h].host), hosts[h].host, slot, -1, true};
-    on_host[h].push_back({id, true});
+  for (const NewProcess &fresh : next.fresh) {
+    const Host &host = hosts[fresh.host];
+    workers_[fresh.id] = Worker{host_key(host.user, host.host), host.host, fresh.slot, -1, true};
+    next_worker_ = std::max(next_worker_, fresh.id + 1);
   }
   output_->grow(next_worker_);
-  // Places. Rank 0 must hold the committed state that every rank takes at the next sync: the
-  // survivors keep their order (hosts by their lowest rank, each host's processes by rank), and
-  // the new processes come after them (on their hosts by slot; new hosts in the script's order).
-  const auto old_rank = [this](const Member &m) {
-    const int rank = workers_.at(m.id).rank;
-    return m.fresh || rank < 0 ? LLONG_MAX : static_cast<long long>(rank);
-  };
-  std::vector<size_t> host_order(hosts.size());
-  std::vector<long long> first_rank(hosts.size(), LLONG_MAX);
-  for (size_t h = 0; h < hosts.size(); ++h) {
-    host_order[h] = h;
-    std::vector<Member> &members = on_host[h];
-    std::sort(members.begin(), members.end(), [&](const Member &a, const Member &b) {
-      const long long ra = old_rank(a), rb = old_rank(b);
-      if (ra != rb) return ra < rb;
-      return workers_.at(a.id).slot < workers_.at(b.id).slot;
-    });
-    if (!members.empty()) first_rank[h] = old_rank(members.front());
-  }
-  std::stable_sort(host_order.begin(), host_order.end(),
-                   [&](size_t a, size_t b) { return first_rank[a] < first_rank[b]; });
-  Placement world;
-  std::vector<int> member_ids;
-  int node = 0;
-  for (size_t h : host_order) {
-    const std::vector<Member> &members = on_host[h];
-    if (members.empty()) continue;
-    world.nodes.push_back(static_cast<int>(h));
-    for (size_t i = 0; i < members.size(); ++i) {
-      RankPlace place;
-      place.rank = world.size();
-      place.host_index = static_cast<int>(h);
-      place.node_rank = node;
-      place.local_rank = static_cast<int>(i);
-      place.local_size = static_cast<int>(members.size());
-      world.ranks.push_back(place);
-      member_ids.push_back(members[i].id);
-    }
-    node += 1;
-  }
-  for (RankPlace &place : world.ranks) {
-    for (const RankPlace &other : world.ranks) {
-      if (other.local_size > place.local_rank && other.local_rank == place.local_rank) {
-        place.cross_size += 1;
-        if (other.node_rank < place.node_rank) place.cross_rank += 1;
-      }
-    }
-  }
+  const Placement &world = next.placement;
+  const std::vector<int> &member_ids = next.ids;
   world_ += 1;
   first_exit_published_ = false;
   for (auto &[id, worker] : workers_) worker.rank = -1;
@@ -1279,17 +1219,17 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
     const std::string key = host_key(hosts[h].user, hosts[h].host);
     std::vector<RankLaunch> launches;
     JobDescription job;
-    for (const Member &member : on_host[h]) {
-      if (!member.fresh) continue;
+    for (const NewProcess &fresh : next.fresh) {
+      if (fresh.host != h) continue;
       if (launches.empty()) job = host_template(*spec_of.at(key));
-      const Worker &worker = workers_.at(member.id);
+      const Worker &worker = workers_.at(fresh.id);
       RankLaunch launch =
           job.ranks.at(std::min(static_cast<size_t>(worker.slot), job.ranks.size() - 1));
-      launch.rank = member.id;
+      launch.rank = fresh.id;
       for (auto &variable : rank_environment(world, worker.rank, facts_)) {
         launch.environment.push_back(std::move(variable));
       }
-      launch.environment.emplace_back(contract::kElasticWorker, std::to_string(member.id));
+      launch.environment.emplace_back(contract::kElasticWorker, std::to_string(fresh.id));
       launches.push_back(std::move(launch));
     }
     if (launches.empty()) continue;
@@ -1302,7 +1242,7 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
   in_place_.push_back({monotonic_ms(), why, world_, world.size(), 0});
   say("perseusrun: " + why + "; world " + std::to_string(world_) + " of " +
       std::to_string(world.size()) + " ranks" +
-      (fresh_slots.empty() ? "" : " (" + std::to_string(fresh_slots.size()) + " new)") +
+      (next.fresh.empty() ? "" : " (" + std::to_string(next.fresh.size()) + " new)") +
       (end_world ? ", from the ranks' last commit" : ", at the ranks' next commit"));
   return true;
 }
