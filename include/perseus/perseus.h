@@ -112,7 +112,10 @@ PERSEUS_API int perseus_init(void);
  * the others waiting. Ranks that finish normally call it at the end, in any order. Returns once
  * the background thread has stopped, or PERSEUS_ERROR_TIMEOUT when a peer did not answer within
  * PERSEUS_SHUTDOWN_TIMEOUT_SECONDS (default 30; 0: no limit), leaving the thread to the process's
- * exit. A rank that exits without it makes the others' pending operations fail as a lost peer. */
+ * exit (in an elastic world that perseusrun has ended, it waits 0.5 s and returns success). A
+ * process that left such a thread behind ends at the start of exit() with its status, skipping
+ * the exit handlers registered before (the thread would be torn down under them). A rank that
+ * exits without it makes the others' pending operations fail as a lost peer. */
 PERSEUS_API int perseus_finalize(void);
 
 /* Starting without perseusrun or MPI (under torchrun, say, where the framework already has its
@@ -144,7 +147,7 @@ PERSEUS_API int perseus_cross_size(void);
 /* Elastic jobs (perseusrun --host-discovery-script). Each perseus_init joins the job's latest
  * world, whose place for this process perseusrun publishes; when perseusrun ends that world (a
  * rank failed, a host was lost, hosts were added), this process's operations fail with
- * PERSEUS_ERR_COMMUNICATION, and after perseus_finalize the next perseus_init joins the next
+ * PERSEUS_ERROR_COMMUNICATION, and after perseus_finalize the next perseus_init joins the next
  * world in the same process (Horovod's elastic model).
  * perseus_elastic_world: the world this process joined, or -1 outside an elastic job.
  * perseus_elastic_declare: tells perseusrun that this process can join a new world in place;

@@ -2,7 +2,10 @@
 // the one place that turns exceptions into result codes and the thread's last-error message:
 // no exception crosses the C ABI.
 
+#include <unistd.h>
 #include <algorithm>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -130,6 +133,23 @@ void prepare_for_exit() {
 }
 
 const char *lookup(const char *variable) { return std::getenv(variable); }
+
+// A runtime left behind after an elastic world ended (perseus_finalize below): its threads may
+// still wait in Gloo when the process exits, and the static destructors that exit() runs would
+// tear Gloo and its libraries down under them (a crash at exit, after the program's work was
+// done). So the process then ends at the start of exit() with its status: a handler registered
+// at the time of the leak runs before every destructor registered earlier. Output is flushed
+// first; the program's own exit handlers (Python's) have run by then.
+void end_quickly_at_exit(int status, void *) {
+  std::fflush(nullptr);
+  _exit(status);
+}
+
+void leave_runtime_behind(std::unique_ptr<Runtime> &runtime) {
+  (void)runtime.release();
+  static int registered = 0;
+  if (registered < 8 && on_exit(end_quickly_at_exit, nullptr) == 0) registered += 1;
+}
 
 // How perseus_init joins: through MPI under an MPI launcher; alone, as a job of one rank, when
 // no launcher's variable is set; else through perseusrun's variables (which names the missing
@@ -340,7 +360,7 @@ PERSEUS_API int perseus_finalize(void) {
     Runtime &runtime = initialized();
     if (!runtime.shutdown()) {
       // The thread still waits on a peer: leave it, and the runtime it uses, to the exit.
-      (void)state().runtime.release();
+      leave_runtime_behind(state().runtime);
       // An elastic world that perseusrun ended: the peer is gone, and this process may join the
       // next world while the old thread runs down (its transport's timeout).
       if (runtime.world_ended()) return PERSEUS_SUCCESS;

@@ -100,6 +100,19 @@ std::string RendezvousStore::fetch(const std::string &key, std::chrono::millisec
   if (auto it = fetched_.find(key); it != fetched_.end()) return it->second;
   try {
     const WaitingFor waiting(*this, key);
+    if (!abandoned_key_.empty()) {
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      while (!client_.check(prefix_ + key)) {
+        if (client_.check(abandoned_key_)) {
+          throw Error(Code::kCommunication,
+                      "rank " + std::to_string(rank_) + " gave up waiting for " + describe(key) +
+                          ": " + client_.get(abandoned_key_, std::chrono::seconds(5)));
+        }
+        if (std::chrono::steady_clock::now() >= deadline)
+          throw rendezvous::TimeoutError(prefix_ + key);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
     return fetched_[key] = client_.get(prefix_ + key, timeout);
   } catch (const rendezvous::TimeoutError &) {
     // The key did not come in time: a rank that never called perseus_init, or died first.
@@ -142,8 +155,10 @@ void RendezvousStore::wait(const std::vector<std::string> &keys) { wait(keys, ti
 
 void RendezvousStore::wait(const std::vector<std::string> &keys,
                            const std::chrono::milliseconds &timeout) {
-  // Gloo passes kNoTimeout (0) for "no limit"; ours is never unbounded.
-  const auto limit = timeout.count() > 0 ? std::min(timeout, timeout_) : timeout_;
+  // Gloo passes kNoTimeout (0) for "no limit"; ours is never unbounded. In an elastic world ours
+  // holds (Gloo's is cut short for its connections, and this wait ends with the world).
+  const auto limit =
+      timeout.count() > 0 && abandoned_key_.empty() ? std::min(timeout, timeout_) : timeout_;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (const std::string &key : keys) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

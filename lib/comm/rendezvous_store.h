@@ -25,6 +25,10 @@ class RendezvousStore : public ::gloo::rendezvous::Store {
   // outlive the store; one thread at a time.
   RendezvousStore(rendezvous::Client &client, std::string prefix, int rank,
                   std::chrono::milliseconds timeout);
+  // An elastic world's join: while a key is awaited, `abandoned_key` is looked at every 20 ms
+  // (the key is then polled, not waited for), and once it is set the wait ends with
+  // Error(kCommunication) giving its value (the world ended: a peer will never come).
+  void give_up_when(std::string abandoned_key) { abandoned_key_ = std::move(abandoned_key); }
   ~RendezvousStore() override;
   RendezvousStore(const RendezvousStore &) = delete;
   RendezvousStore &operator=(const RendezvousStore &) = delete;
@@ -44,6 +48,7 @@ class RendezvousStore : public ::gloo::rendezvous::Store {
   std::string prefix_;
   int rank_;
   std::chrono::milliseconds timeout_;
+  std::string abandoned_key_;
   // What wait() fetched, so that Gloo's get() right after it needs no second round trip.
   std::map<std::string, std::string> fetched_;
 

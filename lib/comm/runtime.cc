@@ -129,10 +129,29 @@ Runtime::Runtime(JobEnvironment job, std::optional<rendezvous::Secret> secret,
     RendezvousStore store(*store_,
                           keys + (set == 0 ? "gloo/" : "set/" + std::to_string(set) + "/gloo/"),
                           rank_in_set, job_.init_timeout);
+    // In an elastic world, a join that waits for a peer the launcher has given up on ends.
+    if (job_.elastic_world >= 0)
+      store.give_up_when(contract::elastic_ended_key(job_.elastic_world));
     return std::unique_ptr<transport::Backend>(
         std::make_unique<gloo::Backend>(members, store, address));
   };
-  auto world = connect(0, job_.rank, job_.size);
+  std::unique_ptr<transport::Backend> world;
+  try {
+    world = connect(0, job_.rank, job_.size);
+  } catch (const Error &error) {
+    // A join that fails breaks its elastic world for every member (their connections to this
+    // process would wait in vain): this process ends it, and perseusrun makes the next one.
+    if (job_.elastic_world >= 0) {
+      try {
+        std::lock_guard lock(store_mutex_);
+        store_->set(contract::elastic_ended_key(job_.elastic_world),
+                    "rank " + std::to_string(job_.rank) + " (elastic worker " +
+                        std::to_string(job_.elastic_worker) + ") could not join: " + error.what());
+      } catch (const std::exception &) {  // the launcher is gone: nothing to tell
+      }
+    }
+    throw;
+  }
   EngineStore engine_store;
   engine_store.prefix = keys;
   engine_store.set = [this](const std::string &key, const std::string &value) {

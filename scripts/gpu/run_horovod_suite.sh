@@ -24,6 +24,8 @@ parts=${PARTS:-syncbn conformance suite}
 } > "$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
 if [[ " $parts " == *" syncbn "* ]]; then
+  export PYTHONPATH=$PWD/lib/framework_shims${PYTHONPATH:+:$PYTHONPATH}
+  export PERSEUS_LIBRARY=$PWD/build/lib/comm/libperseus.so
   for case in 1 2 3 3-empty; do
     n=${case%-empty}
     extra=()

@@ -16,6 +16,7 @@ step.
 import perseus.torch as hvd  # noqa: I001 - Horovod's `import horovod.torch as hvd`
 
 import argparse
+import faulthandler
 import hashlib
 import json
 import os
@@ -47,6 +48,7 @@ def main():
                         help="the model and data on the GPU (NCCL): the GPU machine's check")
     parser.add_argument("marker", nargs="?")  # the tests' mark on their processes
     args = parser.parse_args()
+    faulthandler.enable()  # a crash says where, in the rank's stderr
     torch.set_num_threads(1)
     hvd.init()
     torch.manual_seed(0)

@@ -99,7 +99,13 @@ Backend::Backend(const JobEnvironment &job, ::gloo::rendezvous::Store &store,
                  const std::string &address) {
   auto device = listen(job, address);
   context_ = std::make_shared<::gloo::rendezvous::Context>(job.rank, job.size);
-  context_->setTimeout(job.init_timeout);
+  // In an elastic world a peer that died after publishing its address would hold the connection
+  // for the whole PERSEUS_INIT_TIMEOUT; every peer has published by then (the store's waits,
+  // which end when the world ends, are not bound by this), so the connections get
+  // kElasticConnectTimeout at most, and a failed join moves on to the next world.
+  constexpr std::chrono::milliseconds kElasticConnectTimeout{10000};
+  context_->setTimeout(job.elastic_world >= 0 ? std::min(job.init_timeout, kElasticConnectTimeout)
+                                              : job.init_timeout);
   guarded("rank " + std::to_string(job.rank) + " connecting to the other " +
               std::to_string(job.size - 1) + " ranks from " + device->str(),
           [&] { context_->connectFullMesh(store, device); });

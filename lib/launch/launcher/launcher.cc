@@ -261,6 +261,7 @@ class Launcher {
     int slot = 0;      // its local rank when started, which chose its GPU
     int rank = -1;     // in the current world; -1: not in it
     bool alive = true;
+    bool fresh = false;  // started for a world made in place (it declares itself when it joins)
   };
   // A world made in place: when and why, and when every member had joined it.
   struct InPlaceReset {
@@ -277,6 +278,7 @@ class Launcher {
   bool regroup(const std::string &why, const std::vector<HostSpec> &specs, bool end_world);
   JobDescription host_template(const HostSpec &spec);
   void watch_joins();
+  void watch_broken_joins();
   std::string host_key_of(int id) const;
   std::string host_name_of(int id) const;
   std::string world_keys() const;
@@ -293,7 +295,9 @@ class Launcher {
   EnvironmentChanges exported_;
   std::set<std::string> leaving_;  // hosts whose ranks were ended on purpose
   std::vector<InPlaceReset> in_place_;
-  bool finishing_ = false;  // a rank of the current world has finished
+  bool finishing_ = false;               // a rank of the current world has finished
+  long long first_failure_seen_ms_ = 0;  // elastic mode: the first of the failures gathered
+  static constexpr long long kSettleMs = 200;
   UniqueFd signals_;
   std::map<std::string, Agent> agents_;  // by host key
   std::vector<std::string> agent_order_;
@@ -632,9 +636,11 @@ void Launcher::loop() {
       say(message);
       end_job(config_.kill_grace_seconds);
     }
-    if (round_.resize_check && !ending_ && !finishing_) check_hosts();
+    // (Not while failures wait to be answered: the new world will take the hosts in.)
+    if (round_.resize_check && !ending_ && !finishing_ && new_failures_.empty()) check_hosts();
     if (elastic() && !ending_) {
       watch_joins();
+      watch_broken_joins();
       // An elastic agent stays for new ranks: the job ends when none of its processes is left.
       if (std::none_of(workers_.begin(), workers_.end(),
                        [](const auto &entry) { return entry.second.alive; })) {
@@ -770,6 +776,13 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
 // failures the job did not cause itself by ending.
 void Launcher::report_failures() {
   if (new_failures_.empty()) return;
+  // Elastic mode: the ranks of one incident (a host's ranks killed together) end a moment apart;
+  // they are gathered for kSettleMs so that one new world answers them all.
+  if (elastic() && survivors_ready()) {
+    if (!first_failure_seen_ms_) first_failure_seen_ms_ = monotonic_ms();
+    if (monotonic_ms() - first_failure_seen_ms_ < kSettleMs) return;
+  }
+  first_failure_seen_ms_ = 0;
   const RankExited first =
       *std::min_element(new_failures_.begin(), new_failures_.end(),
                         [](const RankExited &a, const RankExited &b) { return a.rank < b.rank; });
@@ -1065,8 +1078,11 @@ bool Launcher::survivors_ready() const {
   bool any = false;
   for (const auto &[id, worker] : workers_) {
     if (!worker.alive || worker.rank < 0) continue;
-    if (!rendezvous_->lookup(contract::elastic_ready_key(id))) return false;
-    any = true;
+    const bool declared = rendezvous_->lookup(contract::elastic_ready_key(id)).has_value();
+    // A process started for a world made in place runs the survivors' script: until it joins,
+    // it counts as able to.
+    if (!declared && !worker.fresh) return false;
+    any = any || declared;
   }
   return any;
 }
@@ -1191,7 +1207,8 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
   }
   for (const NewProcess &fresh : next.fresh) {
     const Host &host = hosts[fresh.host];
-    workers_[fresh.id] = Worker{host_key(host.user, host.host), host.host, fresh.slot, -1, true};
+    workers_[fresh.id] =
+        Worker{host_key(host.user, host.host), host.host, fresh.slot, -1, true, true};
     next_worker_ = std::max(next_worker_, fresh.id + 1);
   }
   output_->grow(next_worker_);
@@ -1199,6 +1216,9 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
   const std::vector<int> &member_ids = next.ids;
   world_ += 1;
   first_exit_published_ = false;
+  // Failures gathered until now are answered by this world (it holds whoever still runs).
+  new_failures_.clear();
+  first_failure_seen_ms_ = 0;
   for (auto &[id, worker] : workers_) worker.rank = -1;
   for (const RankPlace &place : world.ranks) {
     const int id = member_ids[static_cast<size_t>(place.rank)];
@@ -1257,6 +1277,21 @@ void Launcher::watch_joins() {
     if (!ready || *ready != world) return;
   }
   in_place_.back().joined_ms = monotonic_ms();
+}
+
+// A rank that could not join the current world ends it itself (lib/comm/runtime.cc): the others
+// give up their join, and the next world is made of whoever still runs.
+void Launcher::watch_broken_joins() {
+  if (world_ == 0 || finishing_ || !new_failures_.empty()) return;
+  const auto why = rendezvous_->lookup(contract::elastic_ended_key(world_));
+  if (!why || !round_.usable_hosts) return;
+  const std::optional<std::vector<HostSpec>> specs = round_.usable_hosts();
+  if (!specs || !regroup(*why, *specs, true)) {
+    note_failure(*why);
+    say("perseusrun: error: " + *why + "; ending the job");
+    agent_error_ = AgentError{"a rank could not join the world", kExitLaunchFailure};
+    end_job(config_.kill_grace_seconds);
+  }
 }
 
 void Launcher::print_in_place_resets() const {
