@@ -166,8 +166,12 @@ class _CudaSyncBatchNormFunction(torch.autograd.Function):
             raise ValueError("SyncBatchNorm: every rank's batch is empty")
         means, invstds, counts = means[present], invstds[present], counts[present]
         running_mean, running_var = running if running is not None else (None, None)
+        # The kernel reads the counts in the running statistics' dtype (else the input's): a
+        # float16 model's BatchNorm keeps float16 running statistics.
+        count_dtype = running_mean.dtype if running_mean is not None else input.dtype
         mean, invstd = torch.batch_norm_gather_stats_with_counts(
-            input, means, invstds, running_mean, running_var, factor, eps, counts.view(-1))
+            input, means, invstds, running_mean, running_var, factor, eps,
+            counts.view(-1).to(count_dtype))
         ctx.save_for_backward(input, weight, mean, invstd, counts.to(torch.int32))
         ctx.has_bias = bias is not None
         if not input.numel():
