@@ -91,14 +91,15 @@ def compare(check, dev, dims, dtype, rows, channels_last=False):
 def horovod_case(check, dev, kernels):
     """Horovod's own test's data: rank r has one sample [[r, r+1], [2r, 2r+1], ...].
 
-    Its tolerance (rtol 1e-6, atol 1e-8) holds where torch's kernels compute both sides; the
-    portable path's float64 statistics give exact zeros where torch's float32 ones leave
-    -5.96e-08, so there it is held to atol 1e-6."""
+    Its tolerance (rtol 1e-6, atol 1e-8) holds on the kernel path for two values per channel;
+    with one value per channel and rank over 3 ranks torch's BatchNorm (cuDNN) leaves -5.96e-08
+    where the synchronised kernels (Horovod's too) give 0, so that case gets one unit in the
+    last place (1.2e-7); the portable path's float64 statistics get atol 1e-6."""
     n, me = hvd.size(), hvd.rank()
-    atol = 1e-8 if kernels else 1e-6
     for width in (2, 1):
         if n == 1 and width == 1:
             continue  # one value per channel: torch's BatchNorm itself refuses to train
+        atol = (1e-8 if width == 2 else 1.2e-7) if kernels else 1e-6
         ts = torch.stack([torch.tensor([[r * k + j for j in range(2 - width, 2)]
                                         for k in range(1, 5)]) for r in range(n)])
         ts = ts.to(dev).float()

@@ -193,14 +193,23 @@ class _CudaSyncBatchNormFunction(torch.autograd.Function):
             if need_input:
                 both = ops.allreduce(torch.cat([sum_dy, sum_dy_xmu]), op=ops.Sum)
                 sum_dy, sum_dy_xmu = both[:channels], both[channels:]
+                # The kernel takes the weight in the statistics' dtype (float32 for a float16
+                # model's BatchNorm).
                 grad_input = torch.batch_norm_backward_elemt(
-                    grad_output, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counts)
+                    grad_output, input, mean, invstd,
+                    weight.to(mean.dtype) if weight is not None else None, sum_dy, sum_dy_xmu,
+                    counts)
         elif need_input:
             # An empty batch still takes part in the all-reduce its peers wait for.
             ops.allreduce(torch.zeros(2 * channels, dtype=mean.dtype, device=input.device),
                           op=ops.Sum)
+            grad_input = torch.zeros_like(input)
         if weight is None or not need_weight:
             grad_weight = None
+        elif grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
         if not ctx.has_bias or not need_bias:
             grad_bias = None
+        elif grad_bias is not None and weight is not None:
+            grad_bias = grad_bias.to(weight.dtype)
         return grad_input, grad_weight, grad_bias, None, None, None
