@@ -51,7 +51,8 @@ static_assert(PERSEUS_AVERAGE == static_cast<int>(ReduceOp::kAverage));
 struct State {
   std::shared_mutex mutex;
   std::unique_ptr<Runtime> runtime;
-  int generation = 0;  // perseus_init calls so far; the runtime's is generation - 1
+  int generation = 0;      // perseus_init calls so far; the runtime's is generation - 1
+  int elastic_world = -1;  // the last elastic world this process joined
 };
 
 // Never destroyed: a program that exits without perseus_finalize must not have Gloo's threads
@@ -163,8 +164,12 @@ std::unique_ptr<Runtime> start_runtime(EngineSettings settings, int generation) 
   if (launcher_variables(lookup).empty()) {
     return Runtime::alone(alone_job_environment(lookup), std::move(settings), generation);
   }
-  return std::make_unique<Runtime>(read_job_environment(lookup), std::nullopt, std::move(settings),
-                                   generation);
+  JobEnvironment job = read_job_environment(lookup);
+  job.elastic_first_world = state().elastic_world + 1;
+  auto runtime =
+      std::make_unique<Runtime>(std::move(job), std::nullopt, std::move(settings), generation);
+  state().elastic_world = std::max(state().elastic_world, runtime->job().elastic_world);
+  return runtime;
 }
 
 // The handle perseus.h calls perseus_request_t: the caller's share of the request.

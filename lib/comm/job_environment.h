@@ -29,6 +29,9 @@ struct JobEnvironment {
   // store gives for the world it joins (elastic_world), not the environment's.
   int elastic_worker = -1;
   int elastic_world = -1;
+  // The first world this process may join: one past the last it joined (a survivor that saw its
+  // world break before perseusrun said so must not join that world again).
+  int elastic_first_world = 0;
   // PERSEUS_INIT_TIMEOUT (s): the longest wait for the store and for the peers in perseus_init.
   std::chrono::milliseconds init_timeout{std::chrono::seconds(60)};
   // PERSEUS_COLLECTIVE_TIMEOUT (s): the longest wait for the peers in one collective. Long by

@@ -199,7 +199,7 @@ void Runtime::join_elastic_world() {
       const std::string text =
           store_->get(contract::kElasticWorldKey, std::max(left, std::chrono::milliseconds(1)));
       world = std::stoi(text);
-      ended = store_->check(contract::elastic_ended_key(world));
+      ended = world < job_.elastic_first_world || store_->check(contract::elastic_ended_key(world));
       if (!ended && store_->check(contract::elastic_place_key(world, worker))) {
         place = store_->get(contract::elastic_place_key(world, worker), std::chrono::seconds(5));
       }
@@ -734,7 +734,15 @@ int Runtime::join(int device) {
 }
 
 bool Runtime::shutdown() {
-  // After an elastic world's end the thread may wait on a peer that is gone: not for long.
+  // After an elastic world's end the thread may wait on a peer that is gone: not for long. The
+  // watchdog may not have looked yet (a lost peer's connection can fail first): ask the store.
+  if (job_.elastic_world >= 0 && !world_ended_ && !process_exiting()) {
+    try {
+      std::lock_guard lock(store_mutex_);
+      if (store_->check(contract::elastic_ended_key(job_.elastic_world))) world_ended_ = true;
+    } catch (const std::exception &) {  // the launcher is gone: the usual wait
+    }
+  }
   const bool left =
       world_ended_ ? engine_->shutdown(std::chrono::milliseconds(500)) : engine_->shutdown();
   stop_watchdog();

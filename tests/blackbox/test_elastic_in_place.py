@@ -152,7 +152,8 @@ def test_reset_limit_counts_the_worlds_made_in_place(launcher):
     report.mkdir()
     script, _ = discovery(launcher, "localhost:3\n")
     res = launcher.run(["--host-discovery-script", script, "--reset-limit", "1"] +
-                       train_args(report, 20, 0.05, 4) + ["--die-at", "5", "--die-rank", "1"])
+                       train_args(report, 20, 0.05, 4) + ["--die-at", "5", "--die-rank", "1"],
+                       timeout=120)
     assert res.rc == 3, str(res)
     said = res.own_messages()
     assert len(worlds_said(res)) == 1, str(res)
@@ -256,10 +257,9 @@ def test_a_host_failing_twice_is_blacklisted_in_place(launcher, hosts):
 def test_a_host_lost_while_its_new_processes_join_ends_in_the_next_world(launcher, hosts):
     """The third host's ranks are killed together (gathered into one failure; the agent lives,
     so world 1 refills its slots with 2 new processes there), then its agent too, before those
-    join: the survivors leave world 1's join and finish in a later world of 4 ranks. While they
-    wait for the store they leave at once; a Gloo connection to a process that died after
-    publishing its address holds one for about 50 s (Gloo's own attempts; measured here, not
-    bounded by PERSEUS_INIT_TIMEOUT), and a rank whose join fails ends that world for all."""
+    join: the survivors leave world 1's join and finish in a later world of 4 ranks, well within
+    PERSEUS_INIT_TIMEOUT (20 here): their store waits end with the world, Gloo's connections get
+    10 s, and a rank whose join fails ends that world for all."""
     a = hosts.addresses
     report = launcher.tmp / "report"
     report.mkdir()
@@ -291,7 +291,7 @@ def test_a_host_lost_while_its_new_processes_join_ends_in_the_next_world(launche
     assert all("of 4 ranks" in l for l in said[1:]), str(res)
     last = int(re.search(r"world (\d+) of", said[-1]).group(1))
     assert all(f["world"] == last for f in done.values()), done
-    assert took < 100, "the survivors waited %.1f s for processes that never came\n%s" % (took, res)
+    assert took < 40, "the survivors waited %.1f s for processes that never came\n%s" % (took, res)
     print("a host lost while its new processes joined: %.1f s to the job's end" % took)
     assert wait_hosts_clean(hosts, 15) == {}
 
