@@ -71,6 +71,13 @@ inline std::string elastic_prefix(int world) {
 inline std::string elastic_place_key(int world, int worker) {
   return elastic_prefix(world) + "place/" + std::to_string(worker);
 }
+// The value under elastic_place_key, as lib/comm's join_elastic_world reads it.
+inline std::string elastic_place_value(int rank, int size, int local_rank, int local_size,
+                                       int cross_rank, int cross_size) {
+  return std::to_string(rank) + " " + std::to_string(size) + " " + std::to_string(local_rank) +
+         " " + std::to_string(local_size) + " " + std::to_string(cross_rank) + " " +
+         std::to_string(cross_size);
+}
 inline std::string elastic_ended_key(int world) { return elastic_prefix(world) + "ended"; }
 inline std::string elastic_ready_key(int worker) {
   return "perseus/elastic/ready/" + std::to_string(worker);

@@ -273,6 +273,7 @@ class Launcher {
   };
   bool elastic() const { return !round_.discovery_script.empty(); }
   void start_world();
+  void publish_place(int world, int id, const RankPlace &place, int size);
   bool survivors_ready() const;
   bool continue_in_place(const std::string &why, const std::string &failed_host, bool lost);
   bool regroup(const std::string &why, const std::vector<HostSpec> &specs, bool end_world);
@@ -457,15 +458,14 @@ void Launcher::check_hosts() {
   if (survivors_ready() && round_.usable_hosts) {
     // Every process can join a new world in place: added hosts join at the survivors' next
     // commit (the world goes on until then); hosts gone end their ranks and the world now.
-    const std::optional<std::vector<HostSpec>> specs = round_.usable_hosts();
-    std::set<std::string> listed;
-    for (const HostSpec &spec : specs ? *specs : std::vector<HostSpec>{}) {
-      listed.insert(host_key(spec.user, spec.host));
+    if (const std::optional<std::vector<HostSpec>> specs = round_.usable_hosts()) {
+      std::set<std::string> listed;
+      for (const HostSpec &spec : *specs) listed.insert(host_key(spec.user, spec.host));
+      const bool removed = std::any_of(workers_.begin(), workers_.end(), [&](const auto &entry) {
+        return entry.second.alive && entry.second.rank >= 0 && !listed.count(entry.second.host);
+      });
+      if (regroup(*reason, *specs, removed)) return;
     }
-    const bool removed = std::any_of(workers_.begin(), workers_.end(), [&](const auto &entry) {
-      return entry.second.alive && entry.second.rank >= 0 && !listed.count(entry.second.host);
-    });
-    if (specs && regroup(*reason, *specs, removed)) return;
   }
   resized_ = true;
   note_failure(*reason);
@@ -744,12 +744,9 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
     if (rank < 0) return;  // not in the current world: its end changes nothing
     // A rank that finished: the job is ending, and its world changes no more (as Horovod's).
     if (exited.exit_code == 0 && exited.signal == 0) finishing_ = true;
-    const std::string how = exited.signal
-                                ? "was killed by signal " + std::to_string(exited.signal) + " (" +
-                                      signal_name(exited.signal) + ")"
-                                : "exited with code " + std::to_string(exited.exit_code);
-    publish_exit(rank, "rank " + std::to_string(rank) + " (host " + worker.name + ", pid " +
-                           std::to_string(exited.pid) + ") " + how);
+    RankExited in_world = exited;  // its note names its rank in the world, not its id
+    in_world.rank = rank;
+    publish_exit(rank, describe_exit(in_world, worker.name));
     if ((exited.exit_code != 0 || exited.signal != 0) && !ending_ && !leaving_.count(worker.host)) {
       new_failures_.push_back(exited);
     }
@@ -758,14 +755,7 @@ void Launcher::rank_exited(const Agent &agent, const RankExited &exited) {
   if (rendezvous_ && exited.rank >= 0 &&
       static_cast<size_t>(exited.rank) < plan_.placement.ranks.size()) {
     // The ranks that lose a connection to this one read here which peer ended, and how.
-    const std::string how = exited.signal
-                                ? "was killed by signal " + std::to_string(exited.signal) + " (" +
-                                      signal_name(exited.signal) + ")"
-                                : "exited with code " + std::to_string(exited.exit_code);
-    const std::string note = "rank " + std::to_string(exited.rank) + " (host " +
-                             agent.link->host() + ", pid " + std::to_string(exited.pid) + ") " +
-                             how;
-    publish_exit(exited.rank, note);
+    publish_exit(exited.rank, describe_exit(exited, agent.link->host()));
   }
   if ((exited.exit_code != 0 || exited.signal != 0) && !ending_) {
     new_failures_.push_back(exited);
@@ -1049,6 +1039,14 @@ std::string Launcher::host_name_of(int id) const {
       .host;
 }
 
+// The place of process `id` in `world` (of `size` ranks), for its perseus_init.
+void Launcher::publish_place(int world, int id, const RankPlace &place, int size) {
+  rendezvous_->publish(
+      contract::elastic_place_key(world, id),
+      contract::elastic_place_value(place.rank, size, place.local_rank, place.local_size,
+                                    place.cross_rank, place.cross_size));
+}
+
 // World 0 is the plan's: each process's id is its rank, and every agent stays for new ranks.
 void Launcher::start_world() {
   for (size_t i = 0; i < plan_.hosts.size(); ++i) {
@@ -1061,11 +1059,7 @@ void Launcher::start_world() {
     const Host &host = plan_.hosts[static_cast<size_t>(place.host_index)];
     workers_[place.rank] =
         Worker{host_key(host.user, host.host), host.host, place.local_rank, place.rank, true};
-    rendezvous_->publish(
-        contract::elastic_place_key(0, place.rank),
-        std::to_string(place.rank) + " " + std::to_string(plan_.placement.size()) + " " +
-            std::to_string(place.local_rank) + " " + std::to_string(place.local_size) + " " +
-            std::to_string(place.cross_rank) + " " + std::to_string(place.cross_size));
+    publish_place(0, place.rank, place, plan_.placement.size());
   }
   next_worker_ = plan_.placement.size();
   rendezvous_->publish(contract::kElasticWorldKey, "0");
@@ -1095,14 +1089,7 @@ bool Launcher::continue_in_place(const std::string &why, const std::string &fail
   if (!survivors_ready() || !round_.usable_hosts || !round_.record_failure) return false;
   round_.record_failure(failed_host, lost);
   const std::optional<std::vector<HostSpec>> specs = round_.usable_hosts();
-  if (!specs) return false;
-  note_failure(why);
-  if (!regroup(why, *specs, true)) {
-    failed_at_ms_ = 0;  // the round's failure is said again as it ends
-    return false;
-  }
-  failed_at_ms_ = 0;
-  return true;
+  return specs && regroup(why, *specs, true);
 }
 
 // A job description for one host as if it ran alone (its GPU binding, exports, the store): new
@@ -1223,11 +1210,7 @@ bool Launcher::regroup(const std::string &why, const std::vector<HostSpec> &spec
   for (const RankPlace &place : world.ranks) {
     const int id = member_ids[static_cast<size_t>(place.rank)];
     workers_.at(id).rank = place.rank;
-    rendezvous_->publish(
-        contract::elastic_place_key(world_, id),
-        std::to_string(place.rank) + " " + std::to_string(world.size()) + " " +
-            std::to_string(place.local_rank) + " " + std::to_string(place.local_size) + " " +
-            std::to_string(place.cross_rank) + " " + std::to_string(place.cross_size));
+    publish_place(world_, id, place, world.size());
   }
   rendezvous_->publish(contract::kElasticWorldKey, std::to_string(world_));
   // After the world: a rank that sees the change (at its commit) finds the world to join.
