@@ -30,38 +30,33 @@ class _Handler:
         self.save()
 
 
-class _ModelHandler(_Handler):
+class _StateDictHandler(_Handler):
+    """A value kept through its state_dict(): a copy at each commit, loaded back on restore."""
+
     def save(self):
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
         self.value.load_state_dict(self._saved)
 
+
+class _ModelHandler(_StateDictHandler):
     def sync(self):
         broadcast_parameters(self.value.state_dict(), root_rank=0)
 
 
-class _OptimizerHandler(_Handler):
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
+class _OptimizerHandler(_StateDictHandler):
     def restore(self):
         forget = getattr(self.value, "_forget_pending", None)
         if forget:  # a DistributedOptimizer: the cut-short step's all-reduces are gone
             forget()
-        self.value.load_state_dict(self._saved)
+        super().restore()
 
     def sync(self):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class _SamplerHandler(_Handler):
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
+class _SamplerHandler(_StateDictHandler):
     def sync(self):
         self.value.load_state_dict(_broadcast_object(self.value.state_dict()))
 
