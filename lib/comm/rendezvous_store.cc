@@ -154,12 +154,10 @@ std::vector<char> RendezvousStore::get(const std::string &key) {
 void RendezvousStore::wait(const std::vector<std::string> &keys) { wait(keys, timeout_); }
 
 void RendezvousStore::wait(const std::vector<std::string> &keys,
-                           const std::chrono::milliseconds &timeout) {
-  // Gloo passes kNoTimeout (0) for "no limit"; ours is never unbounded. In an elastic world ours
-  // holds (Gloo's is cut short for its connections, and this wait ends with the world).
-  const auto limit =
-      timeout.count() > 0 && abandoned_key_.empty() ? std::min(timeout, timeout_) : timeout_;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+                           const std::chrono::milliseconds &) {
+  // Gloo passes its own timeout, which is meant for its connections (gloo/backend.cc gives it a
+  // fraction of the limit); the ranks are waited for in the store within this store's limit.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
   for (const std::string &key : keys) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());

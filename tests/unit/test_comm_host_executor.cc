@@ -9,10 +9,13 @@
 #include <gloo/rendezvous/hash_store.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,11 +32,48 @@
 namespace perseus::comm {
 namespace {
 
+// Gloo's store as the ranks see it. A patient one waits for keys as long as RendezvousStore does
+// (not Gloo's connection timeout); a stalling one lets its rank publish its host name and address
+// and then holds its first wait for a peer's address until released: a process that published and
+// went away (in an elastic job, to the next world) without ever connecting.
+class TestStore : public ::gloo::rendezvous::Store {
+ public:
+  TestStore(::gloo::rendezvous::Store &inner, bool stall) : inner_(inner), stall_(stall) {}
+  void set(const std::string &key, const std::vector<char> &data) override {
+    inner_.set(key, data);
+  }
+  std::vector<char> get(const std::string &key) override { return inner_.get(key); }
+  void wait(const std::vector<std::string> &keys) override { wait(keys, std::chrono::seconds(30)); }
+  void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &) override {
+    if (stall_) {
+      std::unique_lock lock(mutex_);
+      released_signal_.wait_for(lock, std::chrono::seconds(30), [this] { return released_; });
+      throw std::runtime_error("released");
+    }
+    inner_.wait(keys, std::chrono::seconds(30));
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      released_ = true;
+    }
+    released_signal_.notify_all();
+  }
+
+ private:
+  ::gloo::rendezvous::Store &inner_;
+  const bool stall_;
+  std::mutex mutex_;
+  std::condition_variable released_signal_;
+  bool released_ = false;
+};
+
 using Body = std::function<std::string(int rank, int size, HostExecutor &host)>;
 
 // Runs body on `size` ranks, each a thread with a HostExecutor over a real Gloo backend.
 std::vector<std::string> run_ranks(int size, const Body &body) {
-  ::gloo::rendezvous::HashStore store;
+  ::gloo::rendezvous::HashStore shared;
+  TestStore store(shared, false);
   std::vector<std::string> results(static_cast<size_t>(size));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank) {
@@ -267,6 +307,53 @@ TEST_CASE("host executor: process sets get their own connection, a set of one ne
   CHECK_THROWS_AS(host.broadcast(2, &value, sizeof value, 0), Error);
   host.close();
   CHECK_THROWS_AS(host.broadcast(1, &value, sizeof value, 0), Error);
+}
+
+TEST_CASE(
+    "Gloo backend: a peer that published its address and never connects costs at most the "
+    "init timeout, not Gloo's five times its timeout") {
+  CHECK(gloo::connect_timeout(JobEnvironment{}) == std::chrono::seconds(12));  // 60 s / 5
+  JobEnvironment elastic;
+  elastic.elastic_world = 3;
+  CHECK(gloo::connect_timeout(elastic) == std::chrono::seconds(2));  // 10 s at most, / 5
+  elastic.init_timeout = std::chrono::seconds(5);
+  CHECK(gloo::connect_timeout(elastic) == std::chrono::seconds(1));
+  // Which side of a pair listens follows the ports the kernel gives, so each trial is one of two
+  // cases: rank 0 connects to the stalled rank's listening socket (its device accepts: a quick
+  // success), or rank 0 listens for a connection that never comes, which must end within the
+  // limit (1 s here; Gloo alone would wait 5 s). Six trials: both cases all but surely come up.
+  for (int trial = 0; trial < 6; ++trial) {
+    ::gloo::rendezvous::HashStore shared;
+    TestStore patient(shared, false);
+    TestStore stalling(shared, true);
+    std::thread peer([&] {
+      JobEnvironment job;
+      job.rank = 1;
+      job.size = 2;
+      try {
+        gloo::Backend backend(job, stalling, "127.0.0.1");
+      } catch (const std::exception &) {  // released: the expected end
+      }
+    });
+    JobEnvironment job;
+    job.rank = 0;
+    job.size = 2;
+    job.init_timeout = std::chrono::seconds(1);
+    const auto started = std::chrono::steady_clock::now();
+    std::string outcome = "connected";
+    try {
+      gloo::Backend backend(job, patient, "127.0.0.1");
+    } catch (const Error &error) {
+      outcome = error.what();
+    }
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    stalling.release();
+    peer.join();
+    INFO("trial " << trial << ": " << outcome);
+    CHECK(took < 3.0);
+    if (outcome != "connected") CHECK(outcome.find("rank 0 connecting") != std::string::npos);
+  }
 }
 
 }  // namespace perseus::comm

@@ -93,19 +93,29 @@ std::shared_ptr<::gloo::transport::Device> listen(const JobEnvironment &job,
   }
 }
 
+// How long a pair's first connection may take. Gloo waits five times the timeout it is given
+// for it (gloo/transport/tcp/pair.h, waitUntil: "a longer timeout when waiting for initial
+// connect"), so it is given a fifth of the limit meant. By the time a pair connects, its peer has
+// published its address and every lower rank's too, so the wait is for the peer's progress, not
+// for late ranks (those are waited for in the store, within PERSEUS_INIT_TIMEOUT): the limit only
+// bounds a peer that died or left after publishing. In an elastic world that peer may have left
+// for the next world, and the join moves on after kElasticConnectTimeout at most.
+constexpr std::chrono::milliseconds kElasticConnectTimeout{10000};
+constexpr int kGlooConnectFactor = 5;
+
 }  // namespace
+
+std::chrono::milliseconds connect_timeout(const JobEnvironment &job) {
+  const auto limit = job.elastic_world >= 0 ? std::min(job.init_timeout, kElasticConnectTimeout)
+                                            : job.init_timeout;
+  return std::max(limit / kGlooConnectFactor, std::chrono::milliseconds(1));
+}
 
 Backend::Backend(const JobEnvironment &job, ::gloo::rendezvous::Store &store,
                  const std::string &address) {
   auto device = listen(job, address);
   context_ = std::make_shared<::gloo::rendezvous::Context>(job.rank, job.size);
-  // In an elastic world a peer that died after publishing its address would hold the connection
-  // for the whole PERSEUS_INIT_TIMEOUT; every peer has published by then (the store's waits,
-  // which end when the world ends, are not bound by this), so the connections get
-  // kElasticConnectTimeout at most, and a failed join moves on to the next world.
-  constexpr std::chrono::milliseconds kElasticConnectTimeout{10000};
-  context_->setTimeout(job.elastic_world >= 0 ? std::min(job.init_timeout, kElasticConnectTimeout)
-                                              : job.init_timeout);
+  context_->setTimeout(connect_timeout(job));
   guarded("rank " + std::to_string(job.rank) + " connecting to the other " +
               std::to_string(job.size - 1) + " ranks from " + device->str(),
           [&] { context_->connectFullMesh(store, device); });

@@ -1,6 +1,7 @@
 #pragma once
 // The Gloo backend: collectives on host memory over TCP, one connection per pair of ranks.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +14,10 @@
 #include "lib/comm/transport/backend.h"
 
 namespace perseus::comm::gloo {
+
+// The timeout Backend gives Gloo while connecting, for a pair's first connection to take at most
+// job.init_timeout (at most 10 s in an elastic world) whatever Gloo multiplies it by.
+std::chrono::milliseconds connect_timeout(const JobEnvironment &job);
 
 class Backend : public transport::Backend {
  public:
