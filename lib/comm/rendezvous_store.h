@@ -21,8 +21,9 @@ namespace perseus::comm {
 class RendezvousStore : public ::gloo::rendezvous::Store {
  public:
   // Keys are put under `prefix` (a job's successive perseus_init calls use fresh prefixes). A
-  // get waits at most `timeout` (naming the rank it waits for on stderr after 10 s). `client` must
-  // outlive the store; one thread at a time.
+  // get or wait waits at most `timeout` (naming the rank it waits for on stderr after 10 s); the
+  // timeout Gloo passes to wait is for its connections and is not used. `client` must outlive
+  // the store; one thread at a time.
   RendezvousStore(rendezvous::Client &client, std::string prefix, int rank,
                   std::chrono::milliseconds timeout);
   // An elastic world's join: while a key is awaited, `abandoned_key` is looked at every 20 ms
