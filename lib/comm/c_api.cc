@@ -3,8 +3,8 @@
 // no exception crosses the C ABI.
 
 #include <unistd.h>
-#include <algorithm>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

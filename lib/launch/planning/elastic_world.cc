@@ -67,14 +67,7 @@ WorldPlan plan_world(const std::vector<Host> &hosts, const std::vector<WorldSurv
     }
     node += 1;
   }
-  for (RankPlace &place : plan.placement.ranks) {
-    for (const RankPlace &other : plan.placement.ranks) {
-      if (other.local_rank == place.local_rank) {
-        place.cross_size += 1;
-        if (other.node_rank < place.node_rank) place.cross_rank += 1;
-      }
-    }
-  }
+  number_cross_ranks(plan.placement);
   return plan;
 }
 

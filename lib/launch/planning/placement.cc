@@ -160,31 +160,39 @@ Placement number_ranks(const std::vector<int> &counts, const std::vector<int> &o
     node_of[i] = static_cast<int>(placement.nodes.size());
     placement.nodes.push_back(static_cast<int>(i));
   }
-  std::vector<std::vector<int>> ranks_of(counts.size());
+  std::vector<int> placed(counts.size(), 0);  // ranks given to each host so far
   placement.ranks.reserve(order.size());
   for (int host : order) {
-    std::vector<int> &mine = ranks_of[host];
-    int rank = placement.size();
-    placement.ranks.push_back(RankPlace{.rank = rank,
+    placement.ranks.push_back(RankPlace{.rank = placement.size(),
                                         .host_index = host,
                                         .node_rank = node_of[host],
-                                        .local_rank = static_cast<int>(mine.size()),
+                                        .local_rank = placed[host]++,
                                         .local_size = counts[host]});
-    mine.push_back(rank);
   }
-  std::vector<int> seen;  // for each local_rank, the nodes so far that have it
-  for (int host : placement.nodes) {
-    const std::vector<int> &mine = ranks_of[host];
-    if (seen.size() < mine.size()) seen.resize(mine.size(), 0);
-    for (size_t local = 0; local < mine.size(); ++local) {
-      placement.ranks[mine[local]].cross_rank = seen[local]++;
-    }
-  }
-  for (RankPlace &place : placement.ranks) place.cross_size = seen[place.local_rank];
+  number_cross_ranks(placement);
   return placement;
 }
 
 }  // namespace
+
+void number_cross_ranks(Placement &placement) {
+  // For each node in turn (node_rank order) and each local_rank: how many nodes so far have it.
+  std::vector<std::vector<RankPlace *>> on_node(placement.nodes.size());
+  for (RankPlace &place : placement.ranks) {
+    on_node.at(static_cast<size_t>(place.node_rank)).push_back(&place);
+  }
+  std::vector<int> seen;
+  for (const std::vector<RankPlace *> &ranks : on_node) {
+    for (RankPlace *place : ranks) {
+      const auto local = static_cast<size_t>(place->local_rank);
+      if (seen.size() <= local) seen.resize(local + 1, 0);
+      place->cross_rank = seen[local]++;
+    }
+  }
+  for (RankPlace &place : placement.ranks) {
+    place.cross_size = seen[static_cast<size_t>(place.local_rank)];
+  }
+}
 
 Placement place_ranks(const std::vector<PlacementHost> &hosts, const PlacementRequest &request) {
   check_request(hosts, request);

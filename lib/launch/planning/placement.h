@@ -61,4 +61,8 @@ struct Placement {
 
 Placement place_ranks(const std::vector<PlacementHost> &hosts, const PlacementRequest &request);
 
+// Sets every rank's cross_rank and cross_size from its node_rank and local_rank (the rule above);
+// place_ranks and the elastic worlds of planning/elastic_world number theirs with it.
+void number_cross_ranks(Placement &placement);
+
 }  // namespace perseus::launch
