@@ -8,7 +8,7 @@ import torch
 
 from perseus import _native
 from perseus.torch import _buckets, _grad, ops
-from perseus.torch.compression import NoneCompressor, from_env as compression_from_env
+from perseus.torch.compression import from_env as compression_from_env
 
 
 def _check_unique(names, shown=5):
@@ -78,13 +78,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._group_ready = [set() for _ in self._groups]
         self._grad_accs = []
         # As Horovod: on a rank outside process_set this is the plain optimizer (no hooks, no
-        # all-reduce); in a job of one rank there are no hooks either, and synchronize() does
-        # locally what the all-reduce of one rank would (see _synchronize_alone).
+        # all-reduce); in a job of one rank there are no hooks either, and synchronize() leaves
+        # the gradients as they are (see _synchronize_alone).
         self._member = self._process_set.included()
         # (An elastic job keeps its hooks: its world may grow.)
         self._alone = self._member and ops.size() == 1 and not _native.elastic()
         # Gradient buckets (see _buckets.py), where no explicit groups are given (one rank
-        # uses them too where synchronize() all-reduces after all).
+        # uses them too where synchronize() all-reduces after all: the NaN check).
         self._buckets = []
         if self._member and not self._groups:
             cap = _grad.bucket_bytes()
@@ -286,36 +286,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = True
 
     def _synchronize_alone(self):
-        """One rank: the average (or sum) over the job is the gradient itself, after the
-        compression's round trip (float16 or bfloat16 and back), which is all that is left to do:
-        the same values as the all-reduce, without a library call per parameter. False (the
-        caller all-reduces as usual) where the all-reduce does more: scaling factors
-        (gradient_predivide_factor), the NaN check, sparse gradients."""
-        if self._prescale != 1.0 or self._postscale != 1.0 or _grad.nancheck():
-            return False
-        if any(p.grad is not None and p.grad.is_sparse for p in self._requires_update):
-            return False
-        compression = self._compression or compression_from_env()
-        for p in self._requires_update:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        if compression is NoneCompressor:
-            return True
-        # A cast round trip a bucket (a few kernels, not three a gradient), else a parameter.
-        fused = _buckets.elementwise(compression)
-        for bucket in self._buckets if fused else ():
-            grads = [p.grad for p in bucket.params]
-            flat = bucket.flatten(grads)
-            tensor, ctx = compression.compress(flat)
-            if tensor is not flat:
-                bucket.scatter(compression.decompress(tensor, ctx), grads)
-        for p in self._requires_update:
-            if fused and p in self._bucket_of:
-                continue
-            tensor, ctx = compression.compress(p.grad)
-            if tensor is not p.grad:
-                p.grad.copy_(compression.decompress(tensor, ctx))
-        return True
+        """One rank, as Horovod's: its gradients are already the job's, so there is nothing to
+        do. Horovod registers no hooks in a job of one rank, and its synchronize() then submits
+        nothing: no compression's round trip, no scaling factors, and a parameter that got no
+        gradient keeps None (the optimizer skips it). False (the caller all-reduces as usual)
+        only where Perseus's NaN check (PERSEUS_ALLREDUCE_NANCHECK) was asked for, which the
+        all-reduce does."""
+        return not _grad.nancheck()
 
     @contextlib.contextmanager
     def skip_synchronize(self):
