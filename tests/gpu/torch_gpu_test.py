@@ -193,11 +193,11 @@ def group_optimizer(check, dev):
         submitted.clear()
         train(model, opt, data)
         same_params(check, model, ref, "DistributedOptimizer %s" % kwargs, 1e-5)
-        if "gradient_predivide_factor" in kwargs:
-            # One rank all-reduces here after all (the scale factors): in gradient buckets, one
-            # flat tensor of the model's 6 gradients a step, scaled on the device.
-            names = {name for name, *_ in submitted}
-            check(names == {"allreduce.4.bias+5"}, "predivide: one bucket a step (got %s)" % names)
+        # One rank, as Horovod's: no hooks, and synchronize() submits nothing, scale factors or
+        # not (the gradients are already the job's).
+        names = {name for name, *_ in submitted}
+        check(not names, "DistributedOptimizer %s on one rank submits nothing (got %s)"
+              % (kwargs, names))
         check(all(p.device.type == dev.type for p in model.parameters()), "model stays on device")
 
 
@@ -272,8 +272,8 @@ def group_compress(check, dev):
                                        named_parameters=model.named_parameters())
         train(model, opt, data_)
         codes = {c for name, c, _, _, _ in submitted if name and name.startswith("allreduce.")}
-        # One rank: DistributedOptimizer takes no hooks and submits nothing (as Horovod's); the
-        # parameters below still show the float16/bfloat16 round trip of the gradients.
+        # One rank: DistributedOptimizer takes no hooks and submits nothing (as Horovod's), and
+        # leaves the gradients untouched (no float16/bfloat16 round trip).
         want = {code} if hvd.size() > 1 else set()
         check(codes == want, "PERSEUS_ALLREDUCE_DTYPE=%s submits %s" % (env, codes))
         same_params(check, model, ref, "DistributedOptimizer PERSEUS_ALLREDUCE_DTYPE=" + env, tol)
