@@ -13,7 +13,8 @@ buckets through libperseus; with --fp16 also PERSEUS_ALLREDUCE_DTYPE=fp16), then
 examples/pytorch_synthetic_benchmark.py with --no-communication (the plain optimizer: Horovod's
 calls as no-ops) and with DistributedOptimizer (with --fp16 also Compression.fp16), --repeats
 times each. Each run prints its mean images/s; the table gives the median over the repeats and
-the ratio to its baseline (plain DDP for the DDP runs, no communication for the others). Every
+the ratio to its baseline (plain DDP for the DDP runs, no communication for the others), and
+the ratio within each repeat ("pairs"; every other repeat runs in reverse order). Every
 DDP run is checked to have used the path it was meant to (the example's "all-reduce through"
 line).
 """
@@ -50,7 +51,10 @@ def main():
     parser.add_argument("--num-warmup-batches", type=int, default=10)
     parser.add_argument("--num-batches-per-iter", type=int, default=10)
     parser.add_argument("--num-iters", type=int, default=10)
-    parser.add_argument("--no-synthetic", action="store_true")
+    parser.add_argument("--no-synthetic", action="store_true",
+                        help="the DDP runs only")
+    parser.add_argument("--no-ddp", action="store_true",
+                        help="the DistributedOptimizer runs only")
     parser.add_argument("--fp16", action="store_true",
                         help="also PERSEUS_ALLREDUCE_DTYPE=fp16 DDP and Compression.fp16")
     parser.add_argument("--smoke", action="store_true",
@@ -90,11 +94,12 @@ def main():
     # its extra arguments, the key of the run it is compared with.
     ddp_script = "examples/pytorch_ddp_benchmark.py"
     synthetic = "examples/pytorch_synthetic_benchmark.py"
-    configs = [("ddp", "plain DDP (PERSEUS_DDP=0)", {"PERSEUS_DDP": "0"}, "torch.distributed",
-                ddp_script, [], None),
-               ("perseus", "DDP + import perseus", {"PERSEUS_DDP": "1"}, "Perseus", ddp_script,
-                [], "ddp")]
-    if args.fp16:
+    configs = [] if args.no_ddp else [
+        ("ddp", "plain DDP (PERSEUS_DDP=0)", {"PERSEUS_DDP": "0"}, "torch.distributed",
+         ddp_script, [], None),
+        ("perseus", "DDP + import perseus", {"PERSEUS_DDP": "1"}, "Perseus", ddp_script, [],
+         "ddp")]
+    if args.fp16 and not args.no_ddp:
         configs.append(("perseus_fp16", "DDP + import perseus, PERSEUS_ALLREDUCE_DTYPE=fp16",
                         {"PERSEUS_DDP": "1", "PERSEUS_ALLREDUCE_DTYPE": "fp16"}, "Perseus",
                         ddp_script, [], "ddp"))
@@ -107,13 +112,17 @@ def main():
             configs.append(("horovod_fp16", "DistributedOptimizer, Compression.fp16", {}, None,
                             synthetic, ["--fp16-allreduce"], "nocomm"))
     results = {key: [] for key, *_ in configs}
+    by_repeat = {key: {} for key, *_ in configs}  # key -> {repeat: img/s}, for the pairs
     failures = []
     print("# model %s, batch %s, image %s, %d warm-up, %d x %d timed batches, %d repeats"
           % (args.model, args.batch_size or "default", args.image_size or "default",
              args.num_warmup_batches, args.num_iters, args.num_batches_per_iter, args.repeats),
           flush=True)
     for repeat in range(args.repeats):
-        for key, label, extra_env, through, script, extra, _ in configs:
+        # ABBA: every other repeat runs the configurations in reverse order, so that neither a
+        # run nor its baseline always goes first (a GPU's clocks, the page cache).
+        for key, label, extra_env, through, script, extra, _ in (
+                configs if repeat % 2 == 0 else configs[::-1]):
             run_env = dict(env, **extra_env)
             run_env.setdefault("PERSEUS_DDP", "1")
             forward = []
@@ -131,6 +140,7 @@ def main():
                       flush=True)
                 continue
             results[key].append(float(m.group(1)))
+            by_repeat[key][repeat] = float(m.group(1))
             header = [line for line in proc.stdout.splitlines() if "Model:" in line]
             if repeat == 0 and header:
                 print("# %s: %s" % (key, header[0].split(">:", 1)[-1]), flush=True)
@@ -139,8 +149,10 @@ def main():
 
     summary = {}
     print()
-    print("| run | median img/s | runs (img/s) | against |")
-    print("|---|---|---|---|")
+    # "pairs": the ratio within each repeat (the run and its baseline run one after the other),
+    # median (min-max): what drifts between repeats (clocks, the machine's load) cancels there.
+    print("| run | median img/s | runs (img/s) | against | pairs: median (min-max) |")
+    print("|---|---|---|---|---|")
     labels = {key: label for key, label, *_ in configs}
     for key, label, _, _, _, _, base in configs:
         values = results[key]
@@ -150,12 +162,16 @@ def main():
         med = statistics.median(values)
         against = statistics.median(results[base]) if base and results.get(base) else None
         ratio = med / against if against else None
+        pairs = [v / by_repeat[base][r] for r, v in by_repeat[key].items()
+                 if base and r in by_repeat.get(base, {})]
         summary[key] = {"label": label, "median": med, "runs": values, "against": base,
-                        "ratio": ratio,
+                        "ratio": ratio, "pairs": pairs,
                         "overhead_pct": (1 - ratio) * 100 if ratio is not None else None}
-        print("| %s | %.1f | %s | %s |" % (
+        print("| %s | %.1f | %s | %s | %s |" % (
             label, med, ", ".join("%.1f" % v for v in values),
-            "-" if ratio is None else "%.3fx %s" % (ratio, labels[base])))
+            "-" if ratio is None else "%.3fx %s" % (ratio, labels[base]),
+            "%.3f (%.3f-%.3f)" % (statistics.median(pairs), min(pairs), max(pairs))
+            if pairs else "-"))
     if "perseus" in summary and summary["perseus"]["ratio"] is not None:
         o = summary["perseus"]["overhead_pct"]
         print("\nOverhead of `import perseus` against plain DDP: %.2f%% (goal < 1%%: %s)"

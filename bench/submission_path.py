@@ -3,7 +3,7 @@
 small all-reduces cost through the shim, against the same work without communication.
 
     python3 bench/submission_path.py [--ranks 1,2] [--repeats 5] [--json FILE]
-                                     [--horovod PYTHON]
+                                     [--horovod PYTHON] [--fp16] [--device cuda] [--no-small]
 
 Two measurements, each run as its own `perseusrun -np N` job, runs alternating:
 - step: ms per training step of a model of 100 Linear(32, 32) layers (200 parameter tensors),
@@ -12,7 +12,12 @@ Two measurements, each run as its own `perseusrun -np N` job, runs alternating:
 - small: 1000 tensors of 4 KB (1024 float32) all-reduced through perseus.torch.horovod as
   1000 allreduce_async_ then synchronize, 1000 blocking allreduce_, one grouped_allreduce_,
   and 1000 blocking calls on one tensor (the per-call latency); 5 timed rounds each, the
-  median kept.
+  median kept. Alternating with them, the same through libperseus's C API
+  (build/bench/cpu_allreduce_perseus): 1000 blocking perseus_allreduce calls of 4 KB, and the
+  1000 tensors submitted with perseus_allreduce_async then waited for ("C fused", the figure
+  the Python async path is held to, within 2x).
+--fp16 adds "hvd16", DistributedOptimizer with Compression.fp16, to the step. --device cuda
+runs the step on the GPU (one per local rank; the small case stays on CPU tensors).
 --horovod PYTHON (an interpreter with horovod[pytorch] built with Gloo, its horovodrun beside
 it) adds real Horovod in the same runs: the step with horovod.torch's DistributedOptimizer and
 the small case through horovod.torch, each started by `horovodrun --gloo`, alternating with the
@@ -39,18 +44,23 @@ def _hvd(kind):
     return hvd
 
 
-def worker_step(comm, steps, warmup):
+def worker_step(comm, steps, warmup, device="cpu"):
     import torch
     hvd = _hvd(comm)
     torch.set_num_threads(1)
     hvd.init()
+    if device == "cuda":
+        torch.cuda.set_device(hvd.local_rank())
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(100)])
+    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(100)]).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
-    if comm in ("hvd", "horovod"):
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    if comm in ("hvd", "hvd16", "horovod"):
+        compression = hvd.Compression.fp16 if comm == "hvd16" else hvd.Compression.none
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             compression=compression)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    x, y = torch.randn(16, 32), torch.randn(16, 32)
+    x, y = torch.randn(16, 32, device=device), torch.randn(16, 32, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def step():
         optimizer.zero_grad()
@@ -59,10 +69,12 @@ def worker_step(comm, steps, warmup):
 
     for _ in range(warmup):
         step()
+    sync()
     hvd.barrier()
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    sync()
     took = (time.perf_counter() - start) / steps * 1000
     if hvd.rank() == 0:
         print("RESULT step %.3f" % took, flush=True)
@@ -131,6 +143,29 @@ def launch(args, ranks, worker_args, horovod=False):
     return found
 
 
+def launch_c(args, ranks):
+    """The small case through the C API: {"c_call_us", "c_blocking", "c_fused"}."""
+    cmd = [args.perseusrun, "-np", str(ranks), "-H", "localhost:%d" % ranks, args.c_bench,
+           "4096:1000", "1000:4096:5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                          timeout=args.timeout, stdin=subprocess.DEVNULL)
+    found = {}
+    for line in proc.stdout.splitlines():
+        if "{" not in line:
+            continue
+        record = json.loads(line[line.index("{"):])
+        if record["case"] == "size":
+            found["c_call_us"] = record["us_per_call"]
+        elif record["case"] == "many":
+            found["c_blocking"] = record["ms_per_iter"]
+        elif record["case"] == "many_fused":
+            found["c_fused"] = record["ms_per_iter"]
+    if proc.returncode != 0 or len(found) != 3:
+        raise SystemExit("failed: %s\n%s\n%s" % (" ".join(cmd), proc.stdout[-3000:],
+                                                  proc.stderr[-3000:]))
+    return found
+
+
 def spread(values):
     return "%.2f (%.2f-%.2f)" % (statistics.median(values), min(values), max(values))
 
@@ -147,12 +182,21 @@ def main():
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--json")
     parser.add_argument("--horovod", help="a Python with horovod.torch (Gloo): also run Horovod")
+    parser.add_argument("--c-bench", default=os.path.join(ROOT, "build/bench/"
+                                                                "cpu_allreduce_perseus"))
+    parser.add_argument("--fp16", action="store_true",
+                        help="also DistributedOptimizer with Compression.fp16 (hvd16)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where the step's model lives")
+    parser.add_argument("--no-small", action="store_true", help="the step only")
     args = parser.parse_args()
     if args.worker is not None:
         if args.worker[0] == "step":
-            return worker_step(args.worker[1], int(args.worker[2]), 20)
+            return worker_step(args.worker[1], int(args.worker[2]), 20, args.worker[3])
         return worker_small(args.worker[1] if len(args.worker) > 1 else "perseus")
-    kinds = ["none", "hvd"] + (["horovod"] if args.horovod else [])
+    kinds = ["none", "hvd"] + (["hvd16"] if args.fp16 else []) + (
+        ["horovod"] if args.horovod else [])
+    small_kinds = ["hvd", "c"] + (["horovod"] if args.horovod else [])
 
     results = {}
     print("# %s, %d CPUs, python %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), os.cpu_count(),
@@ -161,32 +205,56 @@ def main():
         step = {kind: [] for kind in kinds}
         for repeat in range(args.repeats):
             for comm in kinds:
-                value = launch(args, ranks, ["step", comm, str(args.steps)],
+                value = launch(args, ranks, ["step", comm, str(args.steps), args.device],
                                horovod=comm == "horovod")["step"]
                 step[comm].append(value)
                 print("np %d step %-7s repeat %d: %.3f ms" % (ranks, comm, repeat, value),
                       flush=True)
-        small = {kind: {} for kind in kinds[1:]}
-        for repeat in range(args.repeats):
-            for kind in kinds[1:]:
-                name = "perseus" if kind == "hvd" else kind
-                for key, value in launch(args, ranks, ["small", name],
-                                         horovod=kind == "horovod").items():
+        small = {kind: {} for kind in small_kinds}
+        for repeat in range(0 if args.no_small else args.repeats):
+            for kind in small_kinds:
+                if kind == "c":
+                    found = launch_c(args, ranks)
+                else:
+                    found = launch(args, ranks, ["small", "perseus" if kind == "hvd" else kind],
+                                   horovod=kind == "horovod")
+                for key, value in found.items():
                     small[kind].setdefault(key, []).append(value)
+        if not args.no_small:
+            small["hvd"].update(small["c"])
         results[ranks] = {"step": step, "small": small["hvd"]}
         if args.horovod:
             results[ranks]["horovod"] = {"step": step.pop("horovod"), "small": small["horovod"]}
 
     print()
-    print("| ranks | step, no communication (ms) | step, DistributedOptimizer (ms) | ratio | "
-          "1000 x 4 KB async (ms) | blocking (ms) | grouped (ms) | one blocking call (us) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("Step (%s), ms:" % args.device)
+    print()
+    print("| ranks | no communication | DistributedOptimizer | ratio |%s" % (
+        " Compression.fp16 | ratio |" if args.fp16 else ""))
+    print("|---|---|---|---|%s" % ("---|---|" if args.fp16 else ""))
     for ranks, r in results.items():
-        ratio = statistics.median(r["step"]["hvd"]) / statistics.median(r["step"]["none"])
-        print("| %d | %s | %s | %.2fx | %s | %s | %s | %s |" % (
-            ranks, spread(r["step"]["none"]), spread(r["step"]["hvd"]), ratio,
-            spread(r["small"]["async"]), spread(r["small"]["blocking"]),
-            spread(r["small"]["grouped"]), spread(r["small"]["call_us"])))
+        none = statistics.median(r["step"]["none"])
+        line = "| %d | %s | %s | %.2fx |" % (ranks, spread(r["step"]["none"]),
+                                              spread(r["step"]["hvd"]),
+                                              statistics.median(r["step"]["hvd"]) / none)
+        if args.fp16:
+            line += " %s | %.2fx |" % (spread(r["step"]["hvd16"]),
+                                       statistics.median(r["step"]["hvd16"]) / none)
+        print(line)
+    if not args.no_small:
+        print()
+        print("1000 x 4 KB float32 all-reduces (ms), and one blocking 4 KB call (us):")
+        print()
+        print("| ranks | Python async | Python blocking | Python grouped | C API fused | "
+              "async / C fused | C API blocking | Python one call (us) | C one call (us) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for ranks, r in results.items():
+            s = r["small"]
+            print("| %d | %s | %s | %s | %s | %.2fx | %s | %s | %s |" % (
+                ranks, spread(s["async"]), spread(s["blocking"]), spread(s["grouped"]),
+                spread(s["c_fused"]),
+                statistics.median(s["async"]) / statistics.median(s["c_fused"]),
+                spread(s["c_blocking"]), spread(s["call_us"]), spread(s["c_call_us"])))
     if args.horovod:
         print()
         print("Real Horovod (%s), the same runs:" % args.horovod)
@@ -197,10 +265,10 @@ def main():
         for ranks, r in results.items():
             h = r["horovod"]
             ratio = statistics.median(h["step"]) / statistics.median(r["step"]["none"])
+            small = [spread(h["small"][k]) if h["small"] else "-"
+                     for k in ("async", "blocking", "grouped", "call_us")]
             print("| %d | %s | %.2fx | %s | %s | %s | %s |" % (
-                ranks, spread(h["step"]), ratio, spread(h["small"]["async"]),
-                spread(h["small"]["blocking"]), spread(h["small"]["grouped"]),
-                spread(h["small"]["call_us"])))
+                (ranks, spread(h["step"]), ratio) + tuple(small)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({str(k): v for k, v in results.items()}, f, indent=1)
