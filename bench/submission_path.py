@@ -126,7 +126,8 @@ def launch(args, ranks, worker_args, horovod=False):
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "lib/framework_shims")] + [
         p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["OMP_NUM_THREADS"] = "1"
-    env["CUDA_VISIBLE_DEVICES"] = ""
+    if args.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
     if horovod:
         runner = os.path.join(os.path.dirname(args.horovod), "horovodrun")
         cmd = [runner, "--gloo", "-np", str(ranks), "-H", "localhost:%d" % ranks, args.horovod]

@@ -6,13 +6,12 @@
 #       build/bench/cpu_allreduce_perseus
 #   run (carry [".device"]): bash scripts/gpu/run_issue17.sh ddp|optimizer
 # ddp:       bench/ddp_throughput.py, DDP with and without `import perseus` (fp32 and
-#            PERSEUS_ALLREDUCE_DTYPE=fp16), ResNet-50 batch 64, DDP_REPEATS repeats (default 8);
-#            then the 200-tensor step on the GPU (bench/submission_path.py --device cuda, one
-#            rank, DistributedOptimizer with and without Compression.fp16).
+#            PERSEUS_ALLREDUCE_DTYPE=fp16), ResNet-50 batch 64, DDP_REPEATS repeats (default 8).
 # optimizer: bench/ddp_throughput.py's DistributedOptimizer runs against no communication
-#            (ResNet-50, Compression none and fp16, OPT_REPEATS repeats, default 7); then the
-#            200-tensor step on CPU tensors at 4 ranks (the machine's 16 cores), its profile
-#            (bench/step_profile.py), and tests/gpu/torch_gpu_test.py.
+#            (ResNet-50, Compression none and fp16, OPT_REPEATS repeats, default 6); the
+#            200-tensor step on the GPU (bench/submission_path.py --device cuda, one rank,
+#            with and without Compression.fp16) and on CPU tensors at 4 ranks (the machine's
+#            16 cores); tests/gpu/torch_gpu_test.py.
 # Writes $OUT/issue17_<part>.txt (+ .json) and $OUT/versions.txt. Exit: 0 when all passed.
 set -uo pipefail
 part=${1:?"usage: run_issue17.sh ddp|optimizer"}
@@ -39,27 +38,24 @@ case $part in
       timeout 420 python3 bench/ddp_throughput.py --no-synthetic --fp16 --batch-size 64 \
         --num-warmup-batches 15 --repeats "${DDP_REPEATS:-8}" --json "$OUT/issue17_ddp.json"
       echo "exit: $?"
-      echo "## bench/submission_path.py --device cuda --ranks 1 --fp16 --no-small --repeats 5"
-      timeout 150 python3 bench/submission_path.py --device cuda --ranks 1 --fp16 --no-small \
-        --repeats 5 --steps 200
-      echo "exit: $?"
     } 2>&1 | tee "$log"
     ;;
   optimizer)
     {
       cat "$OUT/versions.txt"
-      echo "## bench/ddp_throughput.py --no-ddp --fp16 --repeats ${OPT_REPEATS:-7}"
-      timeout 330 python3 bench/ddp_throughput.py --no-ddp --fp16 --batch-size 64 \
-        --num-warmup-batches 15 --repeats "${OPT_REPEATS:-7}" --json "$OUT/issue17_opt.json"
+      echo "## bench/ddp_throughput.py --no-ddp --fp16 --repeats ${OPT_REPEATS:-6}"
+      timeout 320 python3 bench/ddp_throughput.py --no-ddp --fp16 --batch-size 64 \
+        --num-warmup-batches 15 --repeats "${OPT_REPEATS:-6}" --json "$OUT/issue17_opt.json"
       echo "exit: $?"
-      echo "## bench/submission_path.py --ranks 4 --repeats 5 (CPU tensors)"
-      timeout 150 python3 bench/submission_path.py --ranks 4 --repeats 5
+      echo "## bench/submission_path.py --device cuda --ranks 1 --fp16 --no-small --repeats 5"
+      timeout 100 python3 bench/submission_path.py --device cuda --ranks 1 --fp16 --no-small \
+        --repeats 5 --steps 200
       echo "exit: $?"
-      echo "## bench/step_profile.py --ranks 4 --buckets 4194304"
-      timeout 60 python3 bench/step_profile.py --ranks 4 --buckets 4194304
+      echo "## bench/submission_path.py --ranks 4 --no-small --repeats 5 (CPU tensors)"
+      timeout 80 python3 bench/submission_path.py --ranks 4 --no-small --repeats 5
       echo "exit: $?"
       echo "## tests/gpu/torch_gpu_test.py"
-      timeout 120 "$run" -np 1 -H localhost:1 -x NCCL_NVLS_ENABLE=0 python3 \
+      timeout 60 "$run" -np 1 -H localhost:1 -x NCCL_NVLS_ENABLE=0 python3 \
         tests/gpu/torch_gpu_test.py
       echo "exit: $?"
     } 2>&1 | tee "$log"
