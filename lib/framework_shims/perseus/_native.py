@@ -631,16 +631,28 @@ def _refuse_taken_name(key, what):
             what, detail), ERROR_INVALID_ARGUMENT, detail)
 
 
-# ctypes array types of shapes, by number of dimensions (made once: a type is costly to make).
+# ctypes array types of shapes, by number of dimensions (made once: a type is costly to make),
+# and the arrays of the shapes seen last (a training loop submits the same few shapes on every
+# step; libperseus only reads them). Emptied when it grows past _SHAPES_KEPT.
 _SHAPE_TYPES = {}
+_SHAPES = {}
+_SHAPES_KEPT = 4096
 
 
 def _shape_array(shape):
+    if not isinstance(shape, tuple):  # torch.Size and numpy's shapes are tuples
+        shape = tuple(shape)
+    array = _SHAPES.get(shape)
+    if array is not None:
+        return array
     n = len(shape)
     kind = _SHAPE_TYPES.get(n)
     if kind is None:
         kind = _SHAPE_TYPES[n] = ctypes.c_int64 * max(n, 1)
-    return kind(*shape)
+    if len(_SHAPES) >= _SHAPES_KEPT:
+        _SHAPES.clear()
+    array = _SHAPES[shape] = kind(*shape)
+    return array
 
 
 def _submit(fn, what, keep, *args, shape=None, key=None):
@@ -697,9 +709,11 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
                     process_set=GLOBAL_PROCESS_SET, shape=None):
     """shape (optional, every *_async call): the tensor's full shape, which negotiation checks
     against the other ranks' (perseus_next_shape)."""
+    encoded = _name(name)
     return _submit(lib().perseus_comm_allreduce_async, what, keep, _comm(process_set, what),
-                   send, recv, count, dtype, op, float(prescale), float(postscale), _name(name),
-                   device, stream, shape=shape, key=_key(name, process_set))
+                   send, recv, count, dtype, op, float(prescale), float(postscale), encoded,
+                   device, stream, shape=shape,
+                   key=None if encoded is None else (int(process_set), encoded))
 
 
 def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, stream=None,

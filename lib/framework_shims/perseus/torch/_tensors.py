@@ -36,6 +36,8 @@ def describe(tensor, what, reduce=True):
         raise _native.PerseusError("%s: the tensor must be contiguous (call .contiguous())"
                                    % what, _native.ERROR_INVALID_ARGUMENT)
     code = dtype_code(tensor, what, reduce)
+    if tensor.is_cpu:  # the common case first: no torch.device made
+        return tensor.data_ptr(), tensor.numel(), code, _native.DEVICE_CPU, None
     if tensor.is_cuda:
         if not _native.nccl_built():
             raise _native.PerseusError(
@@ -45,7 +47,5 @@ def describe(tensor, what, reduce=True):
         device = tensor.device.index
         stream = torch.cuda.current_stream(tensor.device).cuda_stream
         return tensor.data_ptr(), tensor.numel(), code, device, stream
-    if tensor.device.type != "cpu":
-        raise _native.PerseusError("%s: tensors on %s are not supported (CPU and CUDA are)"
-                                   % (what, tensor.device), _native.ERROR_INVALID_ARGUMENT)
-    return tensor.data_ptr(), tensor.numel(), code, _native.DEVICE_CPU, None
+    raise _native.PerseusError("%s: tensors on %s are not supported (CPU and CUDA are)"
+                               % (what, tensor.device), _native.ERROR_INVALID_ARGUMENT)
