@@ -346,6 +346,21 @@ PERSEUS_API int perseus_comm_reducescatter_async(perseus_comm_t *comm, const voi
                                                  double prescale, double postscale,
                                                  const char *name, int device, void *stream,
                                                  perseus_request_t **request);
+/* `n` all-reduces in one call: exactly what n calls of perseus_comm_allreduce_async would submit,
+ * in order (tensor i: sends[i], recvs[i], counts[i] elements of dtypes[i], named names[i]; op,
+ * prescale, postscale, device and stream shared), each its own request in requests[i] with its
+ * own name and its own checks against the other ranks, so that one rank may submit a group
+ * together while another submits it a tensor at a time. What it saves is a library call, a lock
+ * and a shape call per tensor (a framework's grouped all-reduce, a bucket of gradients).
+ * names: NULL (every tensor unnamed) or n names, any of them NULL. Shapes (see
+ * perseus_next_shape): ndims NULL for none, else ndims[i] extents for tensor i, the extents of
+ * every tensor one after the other in dims. On an error in tensor i the call returns it, naming
+ * the tensor: requests[0..i-1] hold the operations submitted before it (wait for or release them
+ * as usual; the other ranks take part in them), requests[i..n-1] are NULL. */
+PERSEUS_API int perseus_comm_allreduce_many_async(
+    perseus_comm_t *comm, int n, const void *const *sends, void *const *recvs, const size_t *counts,
+    const int *dtypes, int op, double prescale, double postscale, const char *const *names,
+    const int *ndims, const int64_t *dims, int device, void *stream, perseus_request_t **requests);
 /* Returns once every member has called it (only members call it). */
 PERSEUS_API int perseus_comm_barrier(perseus_comm_t *comm);
 

@@ -229,6 +229,25 @@ void require_out(void *out, const char *what) {
     throw Error(Code::kInvalidArgument, std::string(what) + " (the output pointer) is NULL");
 }
 
+// perseus_next_shape's work: checks the shape and keeps it for this thread's next call.
+void set_next_shape(const int64_t *dims, int ndims) {
+  next_shape().reset();
+  if (ndims < 0 || static_cast<size_t>(ndims) > kMaxShapeDims) {
+    throw Error(Code::kInvalidArgument, "ndims " + std::to_string(ndims) + " is not in 0.." +
+                                            std::to_string(kMaxShapeDims));
+  }
+  if (ndims > 0 && !dims) throw Error(Code::kInvalidArgument, "dims is NULL while ndims > 0");
+  std::vector<int64_t> shape(dims, dims + ndims);
+  for (int i = 0; i < ndims; ++i) {
+    if (shape[static_cast<size_t>(i)] < 0) {
+      throw Error(Code::kInvalidArgument,
+                  "dims[" + std::to_string(i) +
+                      "] = " + std::to_string(shape[static_cast<size_t>(i)]) + " is negative");
+    }
+  }
+  next_shape() = std::move(shape);
+}
+
 // A blocking call: submit, wait, and the request is freed with the shared pointer.
 int finish(const std::shared_ptr<Request> &request) {
   request->wait();
@@ -502,23 +521,7 @@ PERSEUS_API int perseus_reducescatter_async(const void *send, void *recv, const 
 
 PERSEUS_API int perseus_next_shape(const int64_t *dims, int ndims) {
   return perseus::comm::guarded("perseus_next_shape", nullptr, [&] {
-    using perseus::comm::Code;
-    using perseus::comm::Error;
-    perseus::comm::next_shape().reset();
-    if (ndims < 0 || static_cast<size_t>(ndims) > perseus::comm::kMaxShapeDims) {
-      throw Error(Code::kInvalidArgument, "ndims " + std::to_string(ndims) + " is not in 0.." +
-                                              std::to_string(perseus::comm::kMaxShapeDims));
-    }
-    if (ndims > 0 && !dims) throw Error(Code::kInvalidArgument, "dims is NULL while ndims > 0");
-    std::vector<int64_t> shape(dims, dims + ndims);
-    for (int i = 0; i < ndims; ++i) {
-      if (shape[static_cast<size_t>(i)] < 0) {
-        throw Error(Code::kInvalidArgument,
-                    "dims[" + std::to_string(i) +
-                        "] = " + std::to_string(shape[static_cast<size_t>(i)]) + " is negative");
-      }
-    }
-    perseus::comm::next_shape() = std::move(shape);
+    perseus::comm::set_next_shape(dims, ndims);
     return PERSEUS_SUCCESS;
   });
 }
@@ -708,6 +711,52 @@ PERSEUS_API int perseus_comm_allreduce_async(perseus_comm_t *comm, const void *s
     return hand_out(r.allreduce(send, recv, count, dtype, op, prescale, postscale, name, device,
                                 stream, set_of(comm)),
                     request);
+  });
+}
+
+PERSEUS_API int perseus_comm_allreduce_many_async(
+    perseus_comm_t *comm, int n, const void *const *sends, void *const *recvs, const size_t *counts,
+    const int *dtypes, int op, double prescale, double postscale, const char *const *names,
+    const int *ndims, const int64_t *dims, int device, void *stream, perseus_request_t **requests) {
+  return with_runtime("perseus_comm_allreduce_many_async", nullptr, [&](Runtime &r) {
+    using perseus::comm::Code;
+    using perseus::comm::Error;
+    if (n < 0) throw Error(Code::kInvalidArgument, "n " + std::to_string(n) + " is negative");
+    if (n == 0) return PERSEUS_SUCCESS;
+    if (!requests) throw Error(Code::kInvalidArgument, "requests (the output array) is NULL");
+    std::fill(requests, requests + n, nullptr);
+    if (!sends || !recvs || !counts || !dtypes) {
+      throw Error(Code::kInvalidArgument, std::string(!sends    ? "sends"
+                                                      : !recvs  ? "recvs"
+                                                      : !counts ? "counts"
+                                                                : "dtypes") +
+                                              " is NULL while n is " + std::to_string(n));
+    }
+    const int set = set_of(comm);
+    const int64_t *extents = dims;
+    for (int i = 0; i < n; ++i) {
+      const char *name = names ? names[i] : nullptr;
+      try {
+        if (ndims) {
+          perseus::comm::set_next_shape(extents, ndims[i]);
+          extents += ndims[i];
+        }
+        hand_out(r.allreduce(sends[i], recvs[i], counts[i], dtypes[i], op, prescale, postscale,
+                             name, device, stream, set),
+                 &requests[i]);
+      } catch (const Error &error) {
+        perseus::comm::next_shape().reset();
+        std::string tensor = "tensor " + std::to_string(i);
+        if (name) tensor += " ('" + std::string(name) + "')";
+        throw Error(error.code(),
+                    tensor + ": " + error.what() +
+                        (i == 0 ? std::string(" (nothing was submitted)")
+                                : " (tensors 0.." + std::to_string(i - 1) +
+                                      " were submitted: their requests are in requests[0.." +
+                                      std::to_string(i - 1) + "])"));
+      }
+    }
+    return PERSEUS_SUCCESS;
   });
 }
 

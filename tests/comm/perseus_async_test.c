@@ -11,6 +11,8 @@
  *                                 late allreduces sum without rank 0; last_rank is printed
  *   perseus_async_test timeline   a few named allreduces (for PERSEUS_TIMELINE)
  *   perseus_async_test nullzero   count-0 all-reduces with NULL buffers fused with others
+ *   perseus_async_test many       groups through perseus_comm_allreduce_many_async on even ranks
+ *                                 and a call a tensor on odd ones (run_many says what is checked)
  *
  * The matrix, for every dtype and count 0, 1, 1001 and about 2 MiB: allreduce with each op
  * (sum, average, min, max, product; in place and not; prescale/postscale), broadcast from each
@@ -803,6 +805,150 @@ static int run_timeline(void) {
   return g_failures ? 1 : 0;
 }
 
+/* ---- perseus_comm_allreduce_many_async ---- */
+
+enum { kManyTensors = 5 };
+static const int kManyDtypes[kManyTensors] = {PERSEUS_FLOAT32, PERSEUS_INT32, PERSEUS_FLOAT64,
+                                              PERSEUS_FLOAT32, PERSEUS_BFLOAT16};
+static const size_t kManyCounts[kManyTensors] = {1, 6, 1001, 0, 7};
+static const int kManyNdims[kManyTensors] = {1, 2, 3, 2, 1};
+
+/* One group (names prefix.0 ...), submitted together on even ranks and a tensor at a time on
+ * odd ones; tensor 2's shape is [7, 11, 13], or [11, 7, 13] on the last rank when `skewed`.
+ * Returns the call's code; requests[] as the call leaves them. */
+static int submit_many(const char *prefix, int skewed, void **bufs, const int *dtypes,
+                       perseus_request_t **requests) {
+  perseus_comm_t *world = NULL;
+  int64_t dims[] = {1, 2, 3, 7, 11, 13, 0, 4, 7};
+  char names[kManyTensors][32];
+  const char *name_of[kManyTensors];
+  int i, rc;
+  if (skewed && g_rank == g_size - 1) dims[3] = 11, dims[4] = 7;
+  for (i = 0; i < kManyTensors; ++i) {
+    snprintf(names[i], sizeof names[i], "%s.%d", prefix, i);
+    name_of[i] = names[i];
+  }
+  rc = perseus_comm_world(&world);
+  if (rc != PERSEUS_SUCCESS) return rc;
+  if (g_rank % 2 == 0) {
+    return perseus_comm_allreduce_many_async(world, kManyTensors, (const void *const *)bufs, bufs,
+                                             kManyCounts, dtypes, PERSEUS_SUM, 1.0, 1.0, name_of,
+                                             kManyNdims, dims, PERSEUS_DEVICE_CPU, NULL, requests);
+  }
+  {
+    const int64_t *extents = dims;
+    for (i = 0; i < kManyTensors; ++i) {
+      requests[i] = NULL;
+      rc = perseus_next_shape(extents, kManyNdims[i]);
+      extents += kManyNdims[i];
+      if (rc == PERSEUS_SUCCESS) {
+        rc = perseus_comm_allreduce_async(world, bufs[i], bufs[i], kManyCounts[i], dtypes[i],
+                                          PERSEUS_SUM, 1.0, 1.0, name_of[i], PERSEUS_DEVICE_CPU,
+                                          NULL, &requests[i]);
+      }
+      if (rc != PERSEUS_SUCCESS) return rc;
+    }
+  }
+  return PERSEUS_SUCCESS;
+}
+
+/* Every rank's tensor i holds rank + 1 + j % 3 at element j: the sum is known. */
+static void fill_many(void **bufs) {
+  size_t i, j;
+  for (i = 0; i < kManyTensors; ++i) {
+    bufs[i] = alloc(kManyCounts[i], kManyDtypes[i]);
+    for (j = 0; j < kManyCounts[i]; ++j) put(bufs[i], kManyDtypes[i], j, g_rank + 1 + (int)(j % 3));
+  }
+}
+
+static void check_many(void **bufs, size_t i, const char *prefix) {
+  size_t j;
+  for (j = 0; j < kManyCounts[i]; ++j) {
+    const double want = (double)(g_size * (g_size + 1) / 2) + (double)g_size * (double)(j % 3);
+    const double got = get(bufs[i], kManyDtypes[i], j);
+    ++g_checks;
+    if (got != want) report("many", prefix, j, want, got);
+  }
+}
+
+/* 1. Two rounds of one group (the second on the negotiation's cached path): every result exact,
+ *    whether this rank submitted it together or a tensor at a time.
+ * 2. Tensor 2's shape differs on the last rank: tensor 2 fails on every rank naming both shapes
+ *    (with more than one rank), the others succeed, and the job goes on.
+ * 3. Tensor 1's dtype is not one: the call fails on every rank naming tensor 1 (odd ranks:
+ *    their own call for it fails); tensor 0 was submitted and succeeds; requests[1..] are NULL
+ *    (even ranks). */
+static int run_many(void) {
+  void *bufs[kManyTensors];
+  perseus_request_t *requests[kManyTensors];
+  int dtypes[kManyTensors];
+  int round, rc;
+  size_t i;
+  memcpy(dtypes, kManyDtypes, sizeof dtypes);
+  for (round = 0; round < 2; ++round) {
+    fill_many(bufs);
+    rc = submit_many("many", 0, bufs, dtypes, requests);
+    if (rc != PERSEUS_SUCCESS) {
+      fail_call("submit_many", "many", rc);
+      return 1;
+    }
+    for (i = 0; i < kManyTensors; ++i) {
+      rc = perseus_wait(requests[i]);
+      if (rc != PERSEUS_SUCCESS) fail_call("perseus_wait", "many", rc);
+      perseus_release(requests[i]);
+      check_many(bufs, i, "many");
+      free(bufs[i]);
+    }
+  }
+  fill_many(bufs);
+  rc = submit_many("skewed", 1, bufs, dtypes, requests);
+  if (rc != PERSEUS_SUCCESS) {
+    fail_call("submit_many", "skewed", rc);
+    return 1;
+  }
+  for (i = 0; i < kManyTensors; ++i) {
+    rc = perseus_wait(requests[i]);
+    if (i == 2 && g_size > 1) {
+      ++g_checks;
+      if (rc != PERSEUS_ERROR_INVALID_ARGUMENT || !strstr(perseus_last_error(), "[7, 11, 13]") ||
+          !strstr(perseus_last_error(), "[11, 7, 13]")) {
+        printf("rank %d: skewed.2: expected a shape mismatch naming both shapes, got %d: %s\n",
+               g_rank, rc, perseus_last_error());
+        ++g_failures;
+      }
+    } else if (rc != PERSEUS_SUCCESS) {
+      fail_call("perseus_wait", "skewed", rc);
+    } else {
+      check_many(bufs, i, "skewed");
+    }
+    perseus_release(requests[i]);
+    free(bufs[i]);
+  }
+  fill_many(bufs);
+  dtypes[1] = 99;
+  rc = submit_many("bad", 0, bufs, dtypes, requests);
+  ++g_checks;
+  if (rc != PERSEUS_ERROR_INVALID_ARGUMENT ||
+      (g_rank % 2 == 0 && !strstr(perseus_last_error(), "tensor 1 ('bad.1')"))) {
+    printf("rank %d: bad dtype in tensor 1: expected an error naming it, got %d: %s\n", g_rank, rc,
+           perseus_last_error());
+    ++g_failures;
+  }
+  for (i = 1; i < kManyTensors && g_rank % 2 == 0; ++i) {
+    ++g_checks;
+    if (requests[i] != NULL) {
+      printf("rank %d: bad.%zu: expected no request after the failed tensor\n", g_rank, i);
+      ++g_failures;
+    }
+  }
+  rc = perseus_wait(requests[0]);
+  if (rc != PERSEUS_SUCCESS) fail_call("perseus_wait", "bad.0", rc);
+  perseus_release(requests[0]);
+  check_many(bufs, 0, "bad");
+  for (i = 0; i < kManyTensors; ++i) free(bufs[i]);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "matrix";
   int rc = perseus_init();
@@ -826,6 +972,8 @@ int main(int argc, char **argv) {
     rc = run_join();
   } else if (strcmp(mode, "nullzero") == 0) {
     rc = run_nullzero();
+  } else if (strcmp(mode, "many") == 0) {
+    rc = run_many();
   } else if (strcmp(mode, "timeline") == 0) {
     rc = run_timeline();
   } else {

@@ -67,6 +67,16 @@ def test_count_zero_with_null_buffers_fused_with_others():
     assert "runtime error" not in proc.stderr, show(proc)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_many_allreduces_in_one_call_match_one_call_each(n):
+    # perseus_comm_allreduce_many_async on even ranks, a call a tensor on odd ones, same names
+    # and shapes: exact sums (5 dtypes and shapes, count 0 among them), twice; a shape that
+    # differs on the last rank fails that tensor alone on every rank; an invalid dtype in
+    # tensor 1 fails the call naming it, after tensor 0 was submitted (and completes).
+    proc, _ = run(["-np", str(n), "-H", "localhost:%d" % n, ASYNC, "many"])
+    assert_every_rank_ok(proc, n)
+
+
 def test_stall_is_named_and_given_up():
     # Rank 1 never submits 'lonely' (it sleeps 7 s); ranks 0 and 2 do and wait. Rank 1 does
     # not wait for anything, so this is no deadlock, even with the shortest deadlock check.

@@ -176,6 +176,15 @@ def test_ddp_through_perseus(n):
     expect_all_passed(run_ranks(n, "ddp.py", "on"), n, "ddp")
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_grouped_allreduce_in_one_call_equals_one_call_a_tensor(n):
+    # grouped_allreduce of host tensors goes to libperseus in one call: every dtype, odd
+    # shapes, every op, scale factors, in place, unnamed, in a process set, one rank on the
+    # call-a-tensor path, and misuse (a name twice, a shape or dtype differing on one rank, a
+    # tensor not contiguous) raised on every rank.
+    expect_all_passed(run_ranks(n, "grouped.py"), n, "grouped")
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_compression_and_nancheck(n):
     # PERSEUS_ALLREDUCE_DTYPE=fp16|bf16 and Compression.bf16 in DistributedOptimizer and the DDP

@@ -239,6 +239,12 @@ def _declare(lib):
         "perseus_comm_reducescatter_async": ([c_void, c_void, c_void, size_p, c_int, c_int,
                                               c_double, c_double, c_char, c_int, c_void,
                                               req_pp], c_int),
+        "perseus_comm_allreduce_many_async": ([c_void, c_int, ctypes.POINTER(c_void),
+                                               ctypes.POINTER(c_void), size_p,
+                                               ctypes.POINTER(c_int), c_int, c_double, c_double,
+                                               ctypes.POINTER(c_char), ctypes.POINTER(c_int),
+                                               ctypes.POINTER(ctypes.c_int64), c_int, c_void,
+                                               ctypes.POINTER(c_void)], c_int),
         "perseus_comm_barrier": ([c_void], c_int),
         "perseus_serve_rendezvous": ([c_char, c_void, c_size, ctypes.POINTER(c_int), c_void],
                                      c_int),
@@ -714,6 +720,51 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
                    send, recv, count, dtype, op, float(prescale), float(postscale), encoded,
                    device, stream, shape=shape,
                    key=None if encoded is None else (int(process_set), encoded))
+
+
+def allreduce_many_async(sends, recvs, counts, dtypes, op, prescale, postscale, names, shapes,
+                         whats, keeps, device=DEVICE_CPU, stream=None,
+                         process_set=GLOBAL_PROCESS_SET):
+    """n all-reduces in one library call (perseus_comm_allreduce_many_async): the same requests,
+    names and checks as n allreduce_async calls, a Request each, in order. sends, recvs: buffer
+    addresses; names: str or None each; shapes: each tensor's full shape; whats, keeps: each
+    Request's. A name already in flight here, or twice in the list, is refused before anything
+    is submitted. On a failure in tensor i the tensors before it were submitted: their Requests
+    are dropped unwaited (released once done, see Request.__del__) and the error raised."""
+    n = len(sends)
+    encoded = [_name(name) for name in names]
+    set_number = int(process_set)
+    keys = [None if e is None else (set_number, e) for e in encoded]
+    seen = set()
+    for key, what in zip(keys, whats):
+        if key is not None:
+            if key in seen:
+                detail = "the name '%s' is given twice in one group" % key[1].decode(
+                    "utf-8", "replace")
+                raise DuplicateNameError("%s failed (PERSEUS_ERROR_INVALID_ARGUMENT): %s"
+                                         % (what, detail), ERROR_INVALID_ARGUMENT, detail)
+            seen.add(key)
+            _refuse_taken_name(key, what)
+    if _orphans:
+        _release_finished_orphans()
+    comm = _comm(process_set, whats[0] if whats else "allreduce")
+    ndims = [len(shape) for shape in shapes]
+    dims = [extent for shape in shapes for extent in shape]
+    handles = (ctypes.c_void_p * n)()
+    rc = lib().perseus_comm_allreduce_many_async(
+        comm, n, (ctypes.c_void_p * n)(*sends), (ctypes.c_void_p * n)(*recvs),
+        (ctypes.c_size_t * n)(*counts), (ctypes.c_int * n)(*dtypes), op, float(prescale),
+        float(postscale), (ctypes.c_char_p * n)(*encoded), (ctypes.c_int * n)(*ndims),
+        (ctypes.c_int64 * max(len(dims), 1))(*dims), device, stream, handles)
+    requests = []
+    for i in range(n):
+        if not handles[i]:
+            break
+        requests.append(Request(handles[i], whats[i], keeps[i], keys[i]))
+    if rc < 0:
+        del requests  # submitted before the failure: released once the other ranks finish them
+        raise error(rc, "grouped allreduce of %d tensors" % n)
+    return requests
 
 
 def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, stream=None,

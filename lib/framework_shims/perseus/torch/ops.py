@@ -293,11 +293,42 @@ def _same_device(tensors, what):
 
 def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor, set_id):
     _same_device(tensors, "grouped allreduce")
+    if len(tensors) > 1 and tensors[0].is_cpu and not _grad.nancheck():
+        return _grouped_host(tensors, outputs, name, op, prescale_factor, postscale_factor,
+                             set_id)
     handles = [_allreduce_async(t, o, _group_name(name, i), op, prescale_factor,
                                 postscale_factor, set_id=set_id)
                for i, (t, o) in enumerate(zip(tensors, outputs))]
     requests = [r for h in handles for r in h._requests]
     return Handle(requests, lambda: [h._complete() for h in handles])
+
+
+def _grouped_host(tensors, outputs, name, op, prescale_factor, postscale_factor, set_id):
+    """A group of host tensors in one library call (perseus_comm_allreduce_many_async): the
+    requests, names and checks of a call a tensor (another rank may submit them so), without a
+    library call, a shape call and a lock per tensor. (Device tensors, whose scaling and
+    averaging torch does, and the NaN check, whose result each tensor checks, go a tensor at a
+    time.)"""
+    pre = float(prescale_factor)
+    op, _, post, _ = _device_scales(tensors[0], op, pre, float(postscale_factor),
+                                    lambda: _members(set_id))
+    sends, recvs, counts, codes, names, shapes, whats, keeps = [], [], [], [], [], [], [], []
+    for i, (tensor, output) in enumerate(zip(tensors, outputs)):
+        name_i = _group_name(name, i)
+        what = _What("allreduce", name_i, tensor)
+        send = tensor if output is tensor else tensor.contiguous()
+        src, count, code, _, _ = _tensors.describe(send, what)
+        sends.append(src)
+        recvs.append(src if output is send else _tensors.describe(output, what)[0])
+        counts.append(count)
+        codes.append(code)
+        names.append(name_i)
+        shapes.append(send.shape)
+        whats.append(what)
+        keeps.append(send if output is send else (send, output))
+    requests = _native.allreduce_many_async(sends, recvs, counts, codes, _OPS[op], pre, post,
+                                            names, shapes, whats, keeps, process_set=set_id)
+    return Handle(requests, None, list(outputs))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
