@@ -69,7 +69,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._allreduce_names = {p: "allreduce." + n for p, n in self._names.items()}
         self.backward_passes_per_step = backward_passes_per_step
         self._requires_update = [p for p in all_params if p.requires_grad]
-        self._delay = {p: backward_passes_per_step for p in self._requires_update}
+        # Backward passes left before a parameter's gradient is submitted, by id(parameter): a
+        # tensor's own __hash__ is Python code, and the hooks look this up 200 times a step of
+        # a 200-parameter model (0.3 ms of a 4 ms step on the development VM).
+        self._delay = {id(p): backward_passes_per_step for p in self._requires_update}
         self._handles = {}  # parameter -> (Handle, compression context) or None (in a group)
         self._synchronized = False
         self._should_synchronize = True
@@ -92,6 +95,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._buckets = _buckets.plan(self._requires_update, cap,
                                               self._allreduce_names)
         self._bucket_of = {p: b for b in self._buckets for p in b.params}
+        # The parameters outside every bucket, which synchronize() submits one by one.
+        self._unbucketed = [p for p in self._requires_update if p not in self._bucket_of]
         if self._member and not self._alone:
             self._register_hooks()
 
@@ -112,15 +117,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         result = []
         for g in groups:
             members = [p for p in g if p.requires_grad]
-            if any(p not in self._delay for p in members):
+            if any(id(p) not in self._delay for p in members):
                 raise ValueError("groups names a parameter the optimizer does not have")
             result.append(members)
         return result
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
-        for p in self._delay:
-            self._delay[p] = passes
+        for key in self._delay:
+            self._delay[key] = passes
 
     def _register_hooks(self):
         for p in self._requires_update:
@@ -130,16 +135,23 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._grad_accs.append(acc)
 
     def _make_hook(self, p):
+        key, bucket, delay = id(p), self._bucket_of.get(p), self._delay
+
         def hook(*ignore):
-            if self._delay[p] <= 0 and (self._handles.get(p) is not None
-                                        or p in self._bucket_of):
+            left = delay[key]
+            if left <= 0 and (bucket is not None or self._handles.get(p) is not None):
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step times before "
                     "step(): call optimizer.step() or optimizer.synchronize() between backward "
                     "passes, or raise backward_passes_per_step")
-            self._delay[p] -= 1
-            if self._delay[p] == 0:
-                self._submit(p)
+            delay[key] = left - 1
+            if left == 1:
+                if bucket is None:
+                    self._submit(p)
+                else:
+                    bucket.ready += 1
+                    if bucket.ready == len(bucket.params):
+                        self._submit_bucket(bucket)
         return hook
 
     def _submit(self, p):
@@ -220,8 +232,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _wait_bucket(self, bucket):
         handle, compression, ctx, grads = bucket.pending
         bucket.pending = None
-        for p in bucket.params:
-            self._delay[p] = self.backward_passes_per_step
+        self._delay.update(dict.fromkeys(map(id, bucket.params), self.backward_passes_per_step))
         output = ops.synchronize(handle)
         bucket.scatter(compression.decompress(output, ctx), grads)
 
@@ -233,8 +244,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             bucket.pending, bucket.ready = None, 0
         for g in self._group_ready:
             g.clear()
-        for p in self._requires_update:
-            self._delay[p] = self.backward_passes_per_step
+        self._delay.update(dict.fromkeys(self._delay, self.backward_passes_per_step))
         self._synchronized = False
 
     def synchronize(self):
@@ -246,8 +256,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for bucket in self._buckets:
             if bucket.pending is None:
                 self._submit_bucket(bucket)
-        missing = [p for p in self._requires_update
-                   if self._handles.get(p) is None and p not in self._bucket_of]
+        missing = [p for p in self._unbucketed if self._handles.get(p) is None]
         for p in missing:
             self._handles[p] = self._allreduce_async(p)
         for g in self._group_ready:
@@ -258,7 +267,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if bucket.pending:
                     self._wait_bucket(bucket)
             for p, (handle, compression, ctx, tensor) in self._handles.items():
-                self._delay[p] = self.backward_passes_per_step
+                self._delay[id(p)] = self.backward_passes_per_step
                 try:
                     output = handle() if callable(handle) else ops.synchronize(handle)
                 except ops.NonFiniteError as e:  # every all-reduce is waited for first
