@@ -55,7 +55,10 @@ constexpr int kIdleFactor = 5;
 // When other ranks leave while a caller here waits, the launcher's word on how they ended (their
 // exit code, written to the store as each rank ends) is awaited this long. A rank that left after
 // an error exits non-zero meanwhile, so the launcher names it as the job's cause, not this one.
-constexpr auto kExitNotePatience = std::chrono::seconds(3);
+// The note comes when the leaving process has ended, after its interpreter's teardown: 0.2 s on
+// an idle machine, but over 3 s (the limit before 2026-12-05) on a loaded CI machine, where the
+// survivors then exited first and the job ended with their code 1 instead of the leaver's.
+constexpr auto kExitNotePatience = std::chrono::seconds(8);
 // Under another launcher (mpirun, torchrun) no notes come; its own fail-fast is given this long to
 // end the job first (torchrun looks every 5 s), so that it blames the rank that failed, not this
 // one.
