@@ -30,23 +30,27 @@ export PERSEUS_LIBRARY=$PWD/build/lib/comm/libperseus.so
 } > "$OUT/versions.txt" 2>&1
 status=0
 log=$OUT/issue17_$part.txt
+# bench/ddp_throughput.py on ResNet-50, batch 64, 15 warm-up batches, Compression none and fp16:
+# resnet50 SECONDS JSON-NAME [its other arguments]
+resnet50() {
+  local limit=$1 json=$2
+  shift 2
+  echo "## bench/ddp_throughput.py --fp16 $*"
+  timeout "$limit" python3 bench/ddp_throughput.py --fp16 --batch-size 64 \
+    --num-warmup-batches 15 --json "$OUT/$json" "$@"
+  echo "exit: $?"
+}
 case $part in
   ddp)
     {
       cat "$OUT/versions.txt"
-      echo "## bench/ddp_throughput.py --no-synthetic --fp16 --repeats ${DDP_REPEATS:-8}"
-      timeout 420 python3 bench/ddp_throughput.py --no-synthetic --fp16 --batch-size 64 \
-        --num-warmup-batches 15 --repeats "${DDP_REPEATS:-8}" --json "$OUT/issue17_ddp.json"
-      echo "exit: $?"
+      resnet50 420 issue17_ddp.json --no-synthetic --repeats "${DDP_REPEATS:-8}"
     } 2>&1 | tee "$log"
     ;;
   optimizer)
     {
       cat "$OUT/versions.txt"
-      echo "## bench/ddp_throughput.py --no-ddp --fp16 --repeats ${OPT_REPEATS:-6}"
-      timeout 320 python3 bench/ddp_throughput.py --no-ddp --fp16 --batch-size 64 \
-        --num-warmup-batches 15 --repeats "${OPT_REPEATS:-6}" --json "$OUT/issue17_opt.json"
-      echo "exit: $?"
+      resnet50 320 issue17_opt.json --no-ddp --repeats "${OPT_REPEATS:-6}"
       echo "## bench/submission_path.py --device cuda --ranks 1 --fp16 --no-small --repeats 5"
       timeout 100 python3 bench/submission_path.py --device cuda --ranks 1 --fp16 --no-small \
         --repeats 5 --steps 200

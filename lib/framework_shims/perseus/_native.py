@@ -679,7 +679,12 @@ def _submit(fn, what, keep, *args, shape=None, key=None):
 
 def _key(name, process_set=GLOBAL_PROCESS_SET):
     """What makes a named operation's name unique on this rank: (process set, name)."""
-    return None if name is None else (int(process_set), _name(name))
+    return _key_of(_name(name), process_set)
+
+
+def _key_of(encoded, process_set):
+    """_key of a name already encoded (_name)."""
+    return None if encoded is None else (int(process_set), encoded)
 
 
 def _size_array(values):
@@ -718,8 +723,7 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
     encoded = _name(name)
     return _submit(lib().perseus_comm_allreduce_async, what, keep, _comm(process_set, what),
                    send, recv, count, dtype, op, float(prescale), float(postscale), encoded,
-                   device, stream, shape=shape,
-                   key=None if encoded is None else (int(process_set), encoded))
+                   device, stream, shape=shape, key=_key_of(encoded, process_set))
 
 
 def allreduce_many_async(sends, recvs, counts, dtypes, op, prescale, postscale, names, shapes,
@@ -733,8 +737,7 @@ def allreduce_many_async(sends, recvs, counts, dtypes, op, prescale, postscale, 
     are dropped unwaited (released once done, see Request.__del__) and the error raised."""
     n = len(sends)
     encoded = [_name(name) for name in names]
-    set_number = int(process_set)
-    keys = [None if e is None else (set_number, e) for e in encoded]
+    keys = [_key_of(e, process_set) for e in encoded]
     seen = set()
     for key, what in zip(keys, whats):
         if key is not None:

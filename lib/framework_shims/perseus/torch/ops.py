@@ -183,6 +183,15 @@ def _device_scales(send, op, pre, post, members):
     return op, send.is_cuda, post, 0
 
 
+def _buffers(send, output, what):
+    """(send address, output address, count, dtype code, device, stream, what the request must
+    keep alive) of an all-reduce from send into output (the same tensor in place)."""
+    src, count, code, device, stream = _tensors.describe(send, what)
+    if output is send:
+        return src, src, count, code, device, stream, send
+    return src, _tensors.describe(output, what)[0], count, code, device, stream, (send, output)
+
+
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, label=None,
                      check=None, set_id=_native.GLOBAL_PROCESS_SET):
     """label: what a NaN check's error calls the tensor (default: its name); check: whether to
@@ -206,11 +215,9 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
         pre_lib, post_lib = 1.0, 1.0
     else:
         pre_lib, post_lib = pre, post
-    src, count, code, device, stream = _tensors.describe(send, what)
-    dst = src if output is send else _tensors.describe(output, what)[0]
+    src, dst, count, code, device, stream, keep = _buffers(send, output, what)
     request = _native.allreduce_async(src, dst, count, code, _OPS[op], pre_lib, post_lib, name,
-                                      device, stream, what=what,
-                                      keep=send if output is send else (send, output),
+                                      device, stream, what=what, keep=keep,
                                       process_set=set_id, shape=send.shape)
     if not check and not (device_scale and post != 1.0) and not divide_by:
         return Handle([request], None, output)
@@ -317,15 +324,15 @@ def _grouped_host(tensors, outputs, name, op, prescale_factor, postscale_factor,
         name_i = _group_name(name, i)
         what = _What("allreduce", name_i, tensor)
         send = tensor if output is tensor else tensor.contiguous()
-        src, count, code, _, _ = _tensors.describe(send, what)
+        src, dst, count, code, _, _, keep = _buffers(send, output, what)
         sends.append(src)
-        recvs.append(src if output is send else _tensors.describe(output, what)[0])
+        recvs.append(dst)
         counts.append(count)
         codes.append(code)
         names.append(name_i)
         shapes.append(send.shape)
         whats.append(what)
-        keeps.append(send if output is send else (send, output))
+        keeps.append(keep)
     requests = _native.allreduce_many_async(sends, recvs, counts, codes, _OPS[op], pre, post,
                                             names, shapes, whats, keeps, process_set=set_id)
     return Handle(requests, None, list(outputs))

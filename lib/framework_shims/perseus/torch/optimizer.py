@@ -124,8 +124,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
-        for key in self._delay:
-            self._delay[key] = passes
+        self._delay.update(dict.fromkeys(self._delay, passes))
 
     def _register_hooks(self):
         for p in self._requires_update:
@@ -149,18 +148,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if bucket is None:
                     self._submit(p)
                 else:
-                    bucket.ready += 1
-                    if bucket.ready == len(bucket.params):
-                        self._submit_bucket(bucket)
+                    self._bucket_ready(bucket)
         return hook
 
+    def _bucket_ready(self, bucket):
+        """One more of the bucket's gradients is ready: the last submits the bucket."""
+        bucket.ready += 1
+        if bucket.ready == len(bucket.params):
+            self._submit_bucket(bucket)
+
     def _submit(self, p):
-        bucket = self._bucket_of.get(p)
-        if bucket is not None:
-            bucket.ready += 1
-            if bucket.ready == len(bucket.params):
-                self._submit_bucket(bucket)
-            return
+        """A gradient outside every bucket is ready (alone, or with its group)."""
         group = self._group_of.get(p)
         if group is None:
             self._handles[p] = self._allreduce_async(p)
