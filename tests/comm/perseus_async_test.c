@@ -877,7 +877,60 @@ static void check_many(void **bufs, size_t i, const char *prefix) {
  *    (with more than one rank), the others succeed, and the job goes on.
  * 3. Tensor 1's dtype is not one: the call fails on every rank naming tensor 1 (odd ranks:
  *    their own call for it fails); tensor 0 was submitted and succeeds; requests[1..] are NULL
- *    (even ranks). */
+ *    (even ranks).
+ * 4. Arguments refused before anything is submitted (bad_many_arguments). */
+static void expect_refused(int rc, const char *what, const char *says) {
+  ++g_checks;
+  if (rc != PERSEUS_ERROR_INVALID_ARGUMENT || !strstr(perseus_last_error(), says)) {
+    printf("rank %d: %s: expected INVALID_ARGUMENT saying '%s', got %d: %s\n", g_rank, what, says,
+           rc, perseus_last_error());
+    ++g_failures;
+  }
+}
+
+static void bad_many_arguments(void) {
+  perseus_comm_t *world = NULL;
+  float data[4] = {0};
+  const void *sends[1] = {data};
+  void *recvs[1] = {data};
+  const size_t counts[1] = {4};
+  const int dtypes[1] = {PERSEUS_FLOAT32};
+  const char *names[1] = {"refused"};
+  const int ndims[1] = {-1};
+  const int too_many[1] = {2};
+  const int64_t dims[2] = {3, 2};
+  perseus_request_t *requests[1] = {NULL};
+  if (perseus_comm_world(&world) != PERSEUS_SUCCESS) {
+    fail_call("perseus_comm_world", NULL, -1);
+    return;
+  }
+  expect_refused(
+      perseus_comm_allreduce_many_async(world, -1, sends, recvs, counts, dtypes, PERSEUS_SUM, 1.0,
+                                        1.0, names, NULL, NULL, PERSEUS_DEVICE_CPU, NULL, requests),
+      "n = -1", "n -1 is negative");
+  expect_refused(
+      perseus_comm_allreduce_many_async(world, 1, NULL, recvs, counts, dtypes, PERSEUS_SUM, 1.0,
+                                        1.0, names, NULL, NULL, PERSEUS_DEVICE_CPU, NULL, requests),
+      "sends NULL", "sends is NULL");
+  expect_refused(
+      perseus_comm_allreduce_many_async(world, 1, sends, recvs, counts, dtypes, PERSEUS_SUM, 1.0,
+                                        1.0, names, NULL, NULL, PERSEUS_DEVICE_CPU, NULL, NULL),
+      "requests NULL", "requests (the output array) is NULL");
+  expect_refused(perseus_comm_allreduce_many_async(world, 1, sends, recvs, counts, dtypes,
+                                                   PERSEUS_SUM, 1.0, 1.0, names, ndims, dims,
+                                                   PERSEUS_DEVICE_CPU, NULL, requests),
+                 "ndims -1", "tensor 0 ('refused'): ndims -1");
+  expect_refused(perseus_comm_allreduce_many_async(world, 1, sends, recvs, counts, dtypes,
+                                                   PERSEUS_SUM, 1.0, 1.0, names, too_many, dims,
+                                                   PERSEUS_DEVICE_CPU, NULL, requests),
+                 "a shape of 6 elements for 4", "holds 6 elements, but the call has 4");
+  ++g_checks;
+  if (requests[0] != NULL) {
+    printf("rank %d: a refused tensor left a request behind\n", g_rank);
+    ++g_failures;
+  }
+}
+
 static int run_many(void) {
   void *bufs[kManyTensors];
   perseus_request_t *requests[kManyTensors];
@@ -946,6 +999,7 @@ static int run_many(void) {
   perseus_release(requests[0]);
   check_many(bufs, 0, "bad");
   for (i = 0; i < kManyTensors; ++i) free(bufs[i]);
+  bad_many_arguments();
   return 0;
 }
 

@@ -80,7 +80,7 @@ def summary(proc):
     return [l for l in proc.stderr.splitlines() if l.endswith("; ending the job")]
 
 
-@pytest.mark.parametrize("api", ["hvd", "ddp"])
+@pytest.mark.parametrize("api", ["hvd", "grouped", "ddp"])
 @pytest.mark.parametrize("how", ["raise", "exit3"])
 def test_failing_rank_ends_the_job_under_perseusrun(api, how, tmp_path):
     proc, took = perseusrun(3, api, how, tmp_path)

@@ -2,7 +2,8 @@
 
     fails.py API HOW DIR
 
-API: hvd (perseus.torch.horovod), ddp (import perseus + DistributedDataParallel under
+API: hvd (perseus.torch.horovod), grouped (its grouped_allreduce of host tensors, one library
+call a group), ddp (import perseus + DistributedDataParallel under
 torch.distributed), mxnet (perseus.mxnet), flood (no collectives: output without end). HOW, done by the job's last rank after a few steps:
 raise (an uncaught RuntimeError), exit3 (sys.exit(3)), exit0 (sys.exit(0): it leaves the job
 without an error, so the others' collectives must fail), kill (SIGKILL, as the OOM killer). The other ranks go on calling
@@ -70,6 +71,12 @@ elif API == "hvd":
     import perseus.torch.horovod as hvd
     hvd.init()
     run_steps(lambda i: hvd.allreduce(torch.ones(1000, 3), name="x%d" % i))
+elif API == "grouped":
+    import torch
+    import perseus.torch.horovod as hvd
+    hvd.init()
+    run_steps(lambda i: hvd.grouped_allreduce([torch.ones(1000, 3), torch.ones(17, 17, 17)],
+                                              name="g%d" % i))
 elif API == "ddp":
     import perseus  # noqa: F401 - sends DDP's gradient all-reduce through libperseus
     import torch

@@ -19,7 +19,7 @@ from perseus.torch.ops import DuplicateNameError  # noqa: E402
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8,
           torch.int16, torch.int32, torch.int64]
-SHAPES = [(1,), (7,), (3, 5), (13, 1, 3), (0, 4), (2, 3, 4)]
+SHAPES = [(1,), (7,), (3, 5), (13, 1, 3), (0, 4), (2, 3, 4), (17, 17, 17)]
 OPS = [("sum", hvd.Sum), ("avg", hvd.Average), ("min", hvd.Min), ("max", hvd.Max),
        ("prod", hvd.Product)]
 
