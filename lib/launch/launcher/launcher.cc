@@ -62,6 +62,8 @@ constexpr size_t kResumeAt = 1u << 20;
 // After the job has ended, how long perseusrun's stdout/stderr may take no output at all before
 // the rest is dropped (and the loss said). A reader that keeps reading gets everything.
 constexpr int kOutputDrainMs = 2000;
+// How long an agent whose connection closed unexpectedly is given to exit, to say how it ended.
+constexpr int kAgentEndWaitMs = 5000;
 
 // Where a build tree keeps the `perseus` package, from the build folder: a link into the source
 // tree that CMake makes (cmake/GeneratedConfig.cmake), as an installation keeps a copy.
@@ -790,7 +792,9 @@ void Launcher::report_failures() {
 
 void Launcher::agent_ended(Agent &agent) {
   agent.done = true;
-  agent.link->reap(1000);
+  // Its connection is closed, so its process is ending; a slow end (a sanitizer's report or
+  // leak check at exit on a loaded machine) is waited for, so that failure() can say how.
+  agent.link->reap(kAgentEndWaitMs);
   const std::string why = agent.link->failure();
   publish_lost_ranks(agent, why.empty() ? "its agent ended unexpectedly" : why);
   if (!ending_ && elastic() &&

@@ -30,8 +30,17 @@ class ProcessAgentLink : public AgentLink {
   std::string peer_address() const override { return peer_address_; }
   // How the child ended, once reaped: an ssh, srun or remote-shell program that could not
   // reach the host exits non-zero (its own message is already on perseusrun's stderr).
+  // Asked once the channel has closed without the agent's "done", so every case is a failure;
+  // each is named, so that an agent that ends oddly says how.
   std::string failure() const override {
-    if (!reaped_ || (WIFEXITED(status_) && WEXITSTATUS(status_) == 0)) return "";
+    if (!reaped_) {
+      return "the agent on " + host_ + " closed its connection, and its process ('" + program_ +
+             "') had not exited a few seconds later";
+    }
+    if (WIFEXITED(status_) && WEXITSTATUS(status_) == 0) {
+      return "the agent on " + host_ + " ended: '" + program_ +
+             "' exited with code 0 before saying it was done";
+    }
     const std::string how = WIFEXITED(status_)
                                 ? "exited with code " + std::to_string(WEXITSTATUS(status_))
                                 : "was killed by signal " + std::to_string(WTERMSIG(status_));
