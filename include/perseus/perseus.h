@@ -346,6 +346,13 @@ PERSEUS_API int perseus_comm_reducescatter_async(perseus_comm_t *comm, const voi
                                                  double prescale, double postscale,
                                                  const char *name, int device, void *stream,
                                                  perseus_request_t **request);
+/* perseus_comm_allreduce_async, waited for: submits, waits and frees the request in one call,
+ * and returns the operation's result (a framework's blocking all-reduce makes one library call
+ * instead of three). perseus_next_shape applies to it as to the asynchronous call. */
+PERSEUS_API int perseus_comm_allreduce(perseus_comm_t *comm, const void *send, void *recv,
+                                       size_t count, int dtype, int op, double prescale,
+                                       double postscale, const char *name, int device,
+                                       void *stream);
 /* `n` all-reduces in one call: exactly what n calls of perseus_comm_allreduce_async would submit,
  * in order (tensor i: sends[i], recvs[i], counts[i] elements of dtypes[i], named names[i]; op,
  * prescale, postscale, device and stream shared), each its own request in requests[i] with its

@@ -714,6 +714,16 @@ PERSEUS_API int perseus_comm_allreduce_async(perseus_comm_t *comm, const void *s
   });
 }
 
+PERSEUS_API int perseus_comm_allreduce(perseus_comm_t *comm, const void *send, void *recv,
+                                       size_t count, int dtype, int op, double prescale,
+                                       double postscale, const char *name, int device,
+                                       void *stream) {
+  return with_runtime("perseus_comm_allreduce", name, [&](Runtime &r) {
+    return finish(r.allreduce(send, recv, count, dtype, op, prescale, postscale, name, device,
+                              stream, set_of(comm)));
+  });
+}
+
 PERSEUS_API int perseus_comm_allreduce_many_async(
     perseus_comm_t *comm, int n, const void *const *sends, void *const *recvs, const size_t *counts,
     const int *dtypes, int op, double prescale, double postscale, const char *const *names,

@@ -114,12 +114,47 @@ static void check_communicators(int last_set) {
     check(perseus_wait(req), "wait broadcast");
     perseus_release(req);
     expect(value == 77, "broadcast in a communicator from its last member");
+    {
+      /* The blocking all-reduce: scale factors, a shape, then shapes that disagree (the same
+       * count) refused on every member, naming both. */
+      float v[6], want = 0;
+      int64_t mine[2] = {2, 3}, skewed[2] = {3, 2};
+      int rc;
+      for (i = 0; i < 6; ++i) v[i] = (float)(g_rank + 1) * (float)(i + 1);
+      for (i = 0; i < (size_t)n; ++i) want += (float)(members[i] + 1);
+      check(perseus_next_shape(mine, 2), "perseus_next_shape");
+      check(perseus_comm_allreduce(evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 2.0, 0.5,
+                                   "comm.blocking", PERSEUS_DEVICE_CPU, NULL),
+            "perseus_comm_allreduce");
+      for (i = 0; i < 6; ++i) {
+        expect(v[i] == want * (float)(i + 1), "blocking all-reduce in a communicator");
+      }
+      check(perseus_next_shape(index == n - 1 && n > 1 ? skewed : mine, 2), "perseus_next_shape");
+      rc = perseus_comm_allreduce(evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0,
+                                  "comm.blocking.skew", PERSEUS_DEVICE_CPU, NULL);
+      if (n > 1) {
+        expect(rc == PERSEUS_ERROR_INVALID_ARGUMENT, "skewed shapes refused on every member");
+        expect(strstr(perseus_last_error(), "disagree on its shape") != NULL &&
+                   strstr(perseus_last_error(), "[3, 2]") != NULL,
+               "the refusal names the shapes");
+      } else {
+        expect(rc == PERSEUS_SUCCESS, "a communicator of one agrees with itself");
+      }
+    }
     check(perseus_comm_barrier(evens), "perseus_comm_barrier");
   } else {
     expect(perseus_comm_barrier(evens) == PERSEUS_ERROR_INVALID_ARGUMENT,
            "a non-member's barrier refused");
     expect(strstr(perseus_last_error(), "not a member") != NULL, "the refusal says why");
+    expect(perseus_comm_allreduce(evens, &x, &x, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0,
+                                  "comm.blocking", PERSEUS_DEVICE_CPU,
+                                  NULL) == PERSEUS_ERROR_INVALID_ARGUMENT,
+           "a non-member's blocking all-reduce refused");
+    expect(strstr(perseus_last_error(), "not a member") != NULL, "that refusal says why");
   }
+  expect(perseus_comm_allreduce(NULL, &x, &x, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0, "null",
+                                PERSEUS_DEVICE_CPU, NULL) == PERSEUS_ERROR_INVALID_ARGUMENT,
+         "a NULL communicator refused (blocking)");
   expect(perseus_comm_allreduce_async(NULL, &x, &x, 1, PERSEUS_FLOAT64, PERSEUS_SUM, 1.0, 1.0,
                                       "null", PERSEUS_DEVICE_CPU, NULL,
                                       &req) == PERSEUS_ERROR_INVALID_ARGUMENT,

@@ -230,6 +230,8 @@ def _declare(lib):
         "perseus_comm_allreduce_async": ([c_void, c_void, c_void, c_size, c_int, c_int,
                                           c_double, c_double, c_char, c_int, c_void, req_pp],
                                          c_int),
+        "perseus_comm_allreduce": ([c_void, c_void, c_void, c_size, c_int, c_int, c_double,
+                                    c_double, c_char, c_int, c_void], c_int),
         "perseus_comm_broadcast_async": ([c_void, c_void, c_size, c_int, c_int, c_char, c_int,
                                           c_void, req_pp], c_int),
         "perseus_comm_allgatherv_async": ([c_void, c_void, c_size, c_int, c_char, c_int, c_void,
@@ -667,14 +669,18 @@ def _submit(fn, what, keep, *args, shape=None, key=None):
     if _orphans:
         _release_finished_orphans()
     if shape is not None:
-        rc = _lib.perseus_next_shape(_shape_array(shape), len(shape))
-        if rc < 0:  # `what` is made into text only here: it costs a microsecond or two
-            raise error(rc, "perseus_next_shape for %s" % what)
+        _next_shape(shape, what)
     handle = ctypes.c_void_p()
     rc = fn(*args, ctypes.byref(handle))
     if rc < 0:
         raise error(rc, what)
     return Request(handle.value, what, keep, key)
+
+
+def _next_shape(shape, what):
+    rc = _lib.perseus_next_shape(_shape_array(shape), len(shape))
+    if rc < 0:  # `what` is made into text only here: it costs a microsecond or two
+        raise error(rc, "perseus_next_shape for %s" % what)
 
 
 def _key(name, process_set=GLOBAL_PROCESS_SET):
@@ -724,6 +730,25 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
     return _submit(lib().perseus_comm_allreduce_async, what, keep, _comm(process_set, what),
                    send, recv, count, dtype, op, float(prescale), float(postscale), encoded,
                    device, stream, shape=shape, key=_key_of(encoded, process_set))
+
+
+def allreduce(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,
+              device=DEVICE_CPU, stream=None, what="allreduce", process_set=GLOBAL_PROCESS_SET,
+              shape=None):
+    """allreduce_async, waited for, in one library call (perseus_comm_allreduce): no Request,
+    and the name is in flight only during the call. Raises what Request.wait would."""
+    encoded = _name(name)
+    if encoded is not None:
+        _refuse_taken_name((int(process_set), encoded), what)
+    if _orphans:
+        _release_finished_orphans()
+    comm = _comm(process_set, what)
+    if shape is not None:
+        _next_shape(shape, what)
+    rc = _lib.perseus_comm_allreduce(comm, send, recv, count, dtype, op, float(prescale),
+                                     float(postscale), encoded, device, stream)
+    if rc < 0:
+        raise error(rc, what)
 
 
 def allreduce_many_async(sends, recvs, counts, dtypes, op, prescale, postscale, names, shapes,

@@ -81,6 +81,17 @@ def duplicate_names(check):
                          % (what, name, me), contains=["already in flight"])
             hvd.synchronize(handle)
         next_works(check, "after a duplicate " + what)
+    # A blocking all-reduce (one library call for a host tensor) under a name in flight raises
+    # at once too; once the handle is synchronized the name works again.
+    handle = hvd.allreduce_async(t, name="duplicate.blocking")
+    for what, fn in [
+            ("allreduce_", lambda: hvd.allreduce_(t.clone(), name="duplicate.blocking")),
+            ("allreduce", lambda: hvd.allreduce(t, name="duplicate.blocking"))]:
+        check.raises(ValueError, fn, "blocking %s under a name in flight" % what,
+                     contains=["duplicate.blocking", "already in flight"])
+    hvd.synchronize(handle)
+    again = hvd.allreduce_(t.clone(), name="duplicate.blocking", op=hvd.Sum)
+    check(torch.equal(again, t * n), "a blocking allreduce_ under the name once it is free")
     # As Horovod's own tests write it, every rank drops its first handle: the second
     # submission must raise even when the first has already finished (the other ranks were
     # waiting for it), so many rounds, each its own name.

@@ -36,9 +36,17 @@ def allreduce_dtype():
             _native.ERROR_INVALID_ARGUMENT) from None
 
 
+_OFF = ("", "0", "no", "false", "off")
+_nancheck_read = ["0", False]  # the variable's last value, and what it meant: asked every call
+
+
 def nancheck():
-    return os.environ.get("PERSEUS_ALLREDUCE_NANCHECK", "0").strip().lower() not in (
-        "", "0", "no", "false", "off")
+    value = os.environ.get("PERSEUS_ALLREDUCE_NANCHECK", "0")
+    read = _nancheck_read
+    if value != read[0]:
+        read[1] = value.strip().lower() not in _OFF
+        read[0] = value
+    return read[1]
 
 
 def finite(tensor):

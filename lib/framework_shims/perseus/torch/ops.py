@@ -235,6 +235,27 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     return Handle([request], finish)
 
 
+def _direct(tensor):
+    """Whether a blocking all-reduce of tensor is one library call (_allreduce_now): host memory,
+    and no NaN check (which looks at the input before and the output after)."""
+    return tensor.is_cpu and not _grad.nancheck()
+
+
+def _allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, set_id):
+    """_allreduce_async waited for, for a tensor that _direct() takes: one library call
+    (perseus_comm_allreduce), no handle. The same checks, results and errors."""
+    what = _What("allreduce", name, tensor)
+    send = tensor if output is tensor else tensor.contiguous()
+    pre, post = float(prescale_factor), float(postscale_factor)
+    if pre != 1.0 or post != 1.0:
+        op, _, post, _ = _device_scales(send, op, pre, post, lambda: _members(set_id))
+    src, count, code, device, stream = _tensors.describe(send, what)
+    dst = src if output is send else _tensors.describe(output, what)[0]
+    _native.allreduce(src, dst, count, code, _OPS[op], pre, post, name, device, stream,
+                      what=what, process_set=set_id, shape=send.shape)
+    return output
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     set_id = _set_id(process_set)
@@ -257,6 +278,11 @@ class _Allreduce(torch.autograd.Function):
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.op, ctx.pre, ctx.post = op, prescale_factor, postscale_factor
         ctx.process_set = process_set
+        if _direct(tensor):
+            set_id = _set_id(process_set)
+            output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+            return _allreduce_now(tensor, output, name, _resolve_op(op, None), prescale_factor,
+                                  postscale_factor, set_id)
         return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
                                            postscale_factor, process_set))
 
@@ -280,8 +306,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    set_id = _set_id(process_set)
+    op = _resolve_op(op, average)
+    if _direct(tensor):
+        return _allreduce_now(tensor, tensor, name, op, prescale_factor, postscale_factor, set_id)
+    return synchronize(_allreduce_async(tensor, tensor, name, op, prescale_factor,
+                                        postscale_factor, set_id=set_id))
 
 
 def _group_name(name, i):
