@@ -19,7 +19,9 @@ __all__ = ["PerseusError", "NonFiniteError", "ddp_stats", "__version__"]
 def ddp_stats():
     """What the DDP hook did in this process: {"models": DDP instances that use Perseus,
     "buckets": gradient buckets all-reduced through Perseus, "compressed": those of them sent as
-    float16/bfloat16 (PERSEUS_ALLREDUCE_DTYPE), "skipped": why it is off, or ""}."""
+    float16/bfloat16 (PERSEUS_ALLREDUCE_DTYPE), "alone": those of the models in a job of one
+    rank, which need no all-reduce and so get no hook (unless PERSEUS_ALLREDUCE_NANCHECK is
+    set), "skipped": why it is off, or ""}."""
     from perseus import _ddp
     return dict(_ddp.STATS)
 

@@ -25,7 +25,7 @@ import time
 from perseus import _contract, _native
 
 _TARGET = "torch.nn.parallel.distributed"
-STATS = {"models": 0, "buckets": 0, "compressed": 0, "skipped": ""}
+STATS = {"models": 0, "buckets": 0, "compressed": 0, "alone": 0, "skipped": ""}
 _lock = threading.Lock()
 _init_state = {"tried": False, "ok": False}
 _model_ids = iter(range(1 << 62))
@@ -210,6 +210,17 @@ def _attach(ddp, register):
         _warn("a DDP model on %s keeps torch.distributed's all-reduce"
               % sorted({p.device.type for p in params}))
         return
+    if group_size == 1:
+        from perseus.torch import _grad
+        if not _grad.nancheck():
+            # A job of one rank: the average over one rank is the bucket itself, so no hook is
+            # registered (as Horovod registers none at one rank) and DDP runs exactly as
+            # without Perseus; nothing travels, so PERSEUS_ALLREDUCE_DTYPE casts nothing (as in
+            # DistributedOptimizer). Only the NaN check, read here, keeps the hook.
+            with _lock:
+                STATS["models"] += 1
+                STATS["alone"] += 1
+            return
     state = _HookState(next(_model_ids), group_size,
                        {id(p): name for name, p in ddp.module.named_parameters()})
     register(ddp, state, _allreduce_hook)
@@ -286,6 +297,11 @@ def _allreduce_hook(state, bucket):
     from perseus.torch import _grad, _tensors
     tensor = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
     index = bucket.index() if hasattr(bucket, "index") else 0
+    if state.size == 1:
+        check = None
+        if _grad.nancheck():
+            check = (not _grad.finite(tensor), _bucket_label(state, bucket, index))
+        return _alone(tensor, check)
     # PERSEUS_ALLREDUCE_DTYPE: a float32 bucket travels as float16/bfloat16, divided by the
     # number of ranks before the cast (so that the sum cannot overflow where the average would
     # not) and summed; copied back into the bucket when done.
@@ -301,8 +317,6 @@ def _allreduce_hook(state, bucket):
     check = None
     if _grad.nancheck():
         check = (not _grad.finite(sent), _bucket_label(state, bucket, index))
-    if state.size == 1:
-        return _alone(tensor, sent, check, wire)
     ptr, count, dtype, device, stream = _tensors.describe(sent, "DDP gradient bucket " + name)
     request = _native.allreduce_async(ptr, ptr, count, dtype, op, 1.0, 1.0, name,
                                       device, stream, what="allreduce of DDP bucket " + name,
@@ -321,20 +335,17 @@ def _allreduce_hook(state, bucket):
     return future
 
 
-def _alone(tensor, sent, check, wire):
-    """A job of one rank: the all-reduce's result is the bucket itself (after the float16 or
-    bfloat16 round trip of PERSEUS_ALLREDUCE_DTYPE), so the hook completes at once, with no
-    library call, as Horovod's optimizer registers no hooks on one rank. The NaN check still
-    runs."""
+def _alone(tensor, check):
+    """A job of one rank under the NaN check (the only case with a hook there, see _attach):
+    the all-reduce's result is the bucket itself, uncast, so the hook checks it and completes
+    at once, with no library call."""
     import torch
     with _lock:
         STATS["buckets"] += 1
-        if wire is not None:
-            STATS["compressed"] += 1
     future = torch.futures.Future(devices=[tensor.device]) if tensor.is_cuda else \
         torch.futures.Future()
     try:
-        _Completer._finish(None, tensor, sent, check)
+        _Completer._finish(None, tensor, tensor, check)
         future.set_result(tensor)
     except Exception as e:  # noqa: BLE001 - handed to DDP through the future
         future.set_exception(e)

@@ -197,30 +197,51 @@ def optimizer_alone(check):
 
 
 def ddp_alone(check):
+    # A job of one rank: no hook (as Horovod registers none), so DDP runs as without Perseus and
+    # the parameters are bit-equal to the plain SGD's, PERSEUS_ALLREDUCE_DTYPE or not (nothing
+    # travels, nothing is cast). Under the NaN check the hook stays and checks each bucket.
     import perseus
     import torch.distributed as dist
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        for dtype, round_to in [("", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)]:
+        for dtype in ["", "bf16", "fp16"]:
             os.environ["PERSEUS_ALLREDUCE_DTYPE"] = dtype
             data = batches(3, 1)
             m = model(3, unused=False)  # DDP wants every parameter used
             ddp = torch.nn.parallel.DistributedDataParallel(m)
             opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
-            before = perseus.ddp_stats()["buckets"]
+            before = perseus.ddp_stats()
             for step in data:
                 opt.zero_grad()
                 for x, y in step:
                     torch.nn.functional.mse_loss(ddp(x), y).backward()
                 opt.step()
-            check(perseus.ddp_stats()["buckets"] > before, "DDP alone %r: hook not called" % dtype)
-            want = reference(data, round_to, zero_unused=False)
+            after = perseus.ddp_stats()
+            check(after["models"] == before["models"] + 1 and
+                  after["alone"] == before["alone"] + 1 and after["buckets"] == before["buckets"],
+                  "DDP alone %r: counted as alone, no bucket hooked: %s" % (dtype, after))
+            want = reference(data, None, zero_unused=False)
             for got, expected in zip(m.parameters(), want.parameters()):
                 check(torch.equal(got, expected), "DDP alone %r: differs from the plain SGD's by %g"
                       % (dtype, (got - expected).abs().max()))
             del ddp
+        os.environ["PERSEUS_ALLREDUCE_DTYPE"] = ""
+        os.environ["PERSEUS_ALLREDUCE_NANCHECK"] = "1"
+        m = model(3, unused=False)
+        ddp = torch.nn.parallel.DistributedDataParallel(m)
+        (x, y), = batches(1, 1)[0]
+        before = perseus.ddp_stats()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        check(perseus.ddp_stats()["buckets"] > before["buckets"],
+              "DDP alone under the NaN check: the hook checks the buckets")
+        bad = x.clone()
+        bad[0, 0] = float("nan")
+        check.raises(Exception, lambda: torch.nn.functional.mse_loss(ddp(bad), y).backward(),
+                     "DDP alone: a NaN gradient", ["DDP gradient bucket", "NaN"])
+        del ddp
     finally:
         os.environ.pop("PERSEUS_ALLREDUCE_DTYPE", None)
+        os.environ.pop("PERSEUS_ALLREDUCE_NANCHECK", None)
         dist.destroy_process_group()
 
 
