@@ -148,7 +148,10 @@ def launch_c(args, ranks):
     """The small case through the C API: {"c_call_us", "c_blocking", "c_fused"}."""
     cmd = [args.perseusrun, "-np", str(ranks), "-H", "localhost:%d" % ranks, args.c_bench,
            "4096:1000", "1000:4096:5"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+    # Host buffers only: on a GPU machine perseusrun would otherwise bind a GPU to each rank
+    # and refuse more ranks than GPUs.
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace",
                           timeout=args.timeout, stdin=subprocess.DEVNULL)
     found = {}
     for line in proc.stdout.splitlines():

@@ -4,7 +4,7 @@
 #   cmake --build build -j2
 #   ../shared/device/pack .device build/apps/perseusrun/perseusrun build/lib/comm/libperseus.so \
 #       build/bench/cpu_allreduce_perseus
-#   run (carry [".device"]): bash scripts/gpu/run_issue17.sh ddp|optimizer
+#   run (carry [".device"]): bash scripts/gpu/run_issue17.sh ddp|optimizer|cpu
 # ddp:       bench/ddp_throughput.py, DDP with and without `import perseus` (fp32 and
 #            PERSEUS_ALLREDUCE_DTYPE=fp16), ResNet-50 batch 64, DDP_REPEATS repeats (default 8).
 # optimizer: bench/ddp_throughput.py's DistributedOptimizer runs against no communication
@@ -12,9 +12,11 @@
 #            200-tensor step on the GPU (bench/submission_path.py --device cuda, one rank,
 #            with and without Compression.fp16) and on CPU tensors at 4 ranks (the machine's
 #            16 cores); tests/gpu/torch_gpu_test.py.
+# cpu:       tests/gpu/torch_gpu_test.py, then bench/submission_path.py on CPU tensors at 4 and
+#            2 ranks with the small case (1000 x 4 KB, one blocking call).
 # Writes $OUT/issue17_<part>.txt (+ .json) and $OUT/versions.txt. Exit: 0 when all passed.
 set -uo pipefail
-part=${1:?"usage: run_issue17.sh ddp|optimizer"}
+part=${1:?"usage: run_issue17.sh ddp|optimizer|cpu"}
 source "$(dirname "$0")/device_env.sh"
 if [ -x .device/bin/cpu_allreduce_perseus ]; then
   mkdir -p build/bench
@@ -64,8 +66,22 @@ case $part in
       echo "exit: $?"
     } 2>&1 | tee "$log"
     ;;
+  cpu)
+    {
+      cat "$OUT/versions.txt"
+      echo "## tests/gpu/torch_gpu_test.py"
+      timeout 60 "$run" -np 1 -H localhost:1 -x NCCL_NVLS_ENABLE=0 python3 \
+        tests/gpu/torch_gpu_test.py
+      echo "exit: $?"
+      for ranks in 4 2; do
+        echo "## bench/submission_path.py --ranks $ranks --repeats 5 (CPU tensors)"
+        timeout 100 python3 bench/submission_path.py --ranks $ranks --repeats 5
+        echo "exit: $?"
+      done
+    } 2>&1 | tee "$log"
+    ;;
   *)
-    echo "run_issue17.sh: unknown part '$part' (ddp or optimizer)" >&2
+    echo "run_issue17.sh: unknown part '$part' (ddp, optimizer or cpu)" >&2
     exit 2
     ;;
 esac
