@@ -629,9 +629,7 @@ def _release_finished_orphans(everything=False):
 
 
 def _refuse_taken_name(key, what):
-    with _names_lock:
-        taken = key in _taken
-    if taken:
+    if key in _taken:  # one dict lookup, atomic under the GIL: no lock
         detail = ("an operation named '%s' %s (submitted here and not yet synchronized): "
                   "synchronize its handle first, or use another name"
                   % (key[1].decode("utf-8", "replace"), _IN_FLIGHT))

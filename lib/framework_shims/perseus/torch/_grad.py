@@ -11,6 +11,7 @@ PERSEUS_ALLREDUCE_NANCHECK=1: after an all-reduce of a floating tensor (DDP hook
     whether this rank's own input had it. Each check synchronises with the device (a debugging
     aid, not for production speed).
 """
+import ctypes
 import os
 
 import torch
@@ -37,14 +38,25 @@ def allreduce_dtype():
 
 
 _OFF = ("", "0", "no", "false", "off")
-_nancheck_read = ["0", False]  # the variable's last value, and what it meant: asked every call
+_nancheck_read = [None, False]  # the variable's last value, and what it meant: asked every call
+# Asked on every all-reduce, so read with the C library's getenv: os.environ.get of a variable
+# that is not set raises and catches a KeyError inside (half a microsecond). Assignments to
+# os.environ reach the C environment (putenv, unsetenv), so both always agree.
+try:
+    _getenv = ctypes.CDLL(None).getenv
+    _getenv.argtypes, _getenv.restype = [ctypes.c_char_p], ctypes.c_char_p
+except (OSError, AttributeError):  # pragma: no cover - every Linux libc has getenv
+    def _getenv(name):
+        value = os.environ.get(name.decode())
+        return None if value is None else value.encode()
 
 
 def nancheck():
-    value = os.environ.get("PERSEUS_ALLREDUCE_NANCHECK", "0")
+    value = _getenv(b"PERSEUS_ALLREDUCE_NANCHECK")
     read = _nancheck_read
     if value != read[0]:
-        read[1] = value.strip().lower() not in _OFF
+        read[1] = value is not None and value.decode("utf-8", "replace").strip().lower() \
+            not in _OFF
         read[0] = value
     return read[1]
 

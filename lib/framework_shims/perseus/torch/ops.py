@@ -192,6 +192,23 @@ def _buffers(send, output, what):
     return src, _tensors.describe(output, what)[0], count, code, device, stream, (send, output)
 
 
+def _host_allreduce_async(send, output, name, op, prescale_factor, postscale_factor, set_id,
+                          what):
+    """_allreduce_async of a host tensor without the NaN check (the common case, kept short):
+    libperseus scales and averages host memory itself."""
+    pre, post = float(prescale_factor), float(postscale_factor)
+    if (pre != 1.0 or post != 1.0) and op == Average:
+        op, post = Sum, post / _members(set_id)
+    src, count, code, device, stream = _tensors.describe(send, what)
+    if output is send:
+        dst, keep = src, send
+    else:
+        dst, keep = _tensors.describe(output, what)[0], (send, output)
+    return Handle([_native.allreduce_async(src, dst, count, code, _OPS[op], pre, post, name,
+                                           device, stream, what=what, keep=keep,
+                                           process_set=set_id, shape=send.shape)], None, output)
+
+
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, label=None,
                      check=None, set_id=_native.GLOBAL_PROCESS_SET):
     """label: what a NaN check's error calls the tensor (default: its name); check: whether to
@@ -204,6 +221,9 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     what = _What("allreduce", name, tensor)
     send = tensor if output is tensor else tensor.contiguous()
     check = (_grad.nancheck() if check is None else check) and send.is_floating_point()
+    if not check and send.is_cpu:
+        return _host_allreduce_async(send, output, name, op, prescale_factor, postscale_factor,
+                                     set_id, what)
     input_nonfinite = check and not _grad.finite(send)
     pre, post = float(prescale_factor), float(postscale_factor)
     # Device memory: libperseus takes scale factors of 1 only, so torch scales (and divides).
