@@ -320,6 +320,50 @@ TEST_CASE("shm LocalAllreduce: allgather interleaved with all-reduces, rank orde
   }
 }
 
+// The small calls' path (one barrier, two areas used in turn): back-to-back calls whose data
+// change every round, so that a rank reading a place a peer already overwrote for the next call
+// gets a wrong sum; small all-reduces, allgathers and reduce-scatters interleaved with large
+// calls, as the engine makes them.
+TEST_CASE("shm LocalAllreduce: small calls back to back, every round's data its own") {
+  for (int size : {2, 3, 4}) {
+    CAPTURE(size);
+    const std::string name = unique_name();
+    const auto results = run_ranks(size, [&](int rank, const std::vector<pid_t> &pids) {
+      LocalAllreduce shm(name, rank, size, pids, std::chrono::seconds(20), size_t{1} << 16);
+      const auto fail = [](const char *what, int round) {
+        return std::string("FAIL: ") + what + " wrong in round " + std::to_string(round);
+      };
+      for (int round = 0; round < 3000; ++round) {
+        // 1 to 8000 int32s (32000 bytes: the largest small call at 2 ranks).
+        const size_t count = 1 + static_cast<size_t>(round * 7919) % 8000;
+        std::vector<int32_t> x(count, rank * 1000 + round), y(count);
+        const int32_t want = size * round + 1000 * size * (size - 1) / 2;
+        shm.allreduce(x.data(), y.data(), count, DataType::kInt32, ReduceOp::kSum);
+        if (y.front() != want || y.back() != want) return fail("allreduce", round);
+        const int32_t gathered_mine = rank * 100000 + round;
+        std::vector<int32_t> all(static_cast<size_t>(size));
+        shm.allgather(&gathered_mine, sizeof gathered_mine, all.data());
+        for (int r = 0; r < size; ++r) {
+          if (all[static_cast<size_t>(r)] != r * 100000 + round) return fail("allgather", round);
+        }
+        if (round % 3 == 0) {
+          std::vector<float> z(5, static_cast<float>(rank + round)), out(2);
+          shm.reducescatter(z.data(), 5, 3, 2, out.data(), DataType::kFloat32, ReduceOp::kMax);
+          if (out[0] != static_cast<float>(size - 1 + round)) return fail("reducescatter", round);
+        }
+        if (round % 500 == 0) {  // a large call between: its own slots, two barriers
+          std::vector<int64_t> big(40000, rank + round);
+          shm.allreduce(big.data(), big.size(), DataType::kInt64, ReduceOp::kMin);
+          if (big.front() != round || big.back() != round) return fail("large allreduce", round);
+        }
+      }
+      return std::string("ok");
+    });
+    for (const std::string &result : results) CHECK(result == "ok");
+    CHECK_FALSE(segment_left(name));
+  }
+}
+
 TEST_CASE("shm LocalAllreduce: a rank killed before a barrier ends the others' calls") {
   const std::string name = unique_name();
   const auto results = run_ranks(3, [&](int rank, const std::vector<pid_t> &pids) {

@@ -41,6 +41,11 @@ constexpr size_t kPiece = 64 * 1024;
 // 6 us when sleeping at once.
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kPeerCheck = std::chrono::milliseconds(100);
+// Small calls take a path of one barrier instead of two (see allreduce_small): each rank's
+// bytes, up to kSmallBytes, go into its place in one of two areas used in turn, and every rank
+// reduces (or gathers) them all itself, when the ranks' bytes together are at most kSmallTotal.
+constexpr size_t kSmallBytes = 32 * 1024;
+constexpr size_t kSmallTotal = 256 * 1024;
 constexpr auto kSetupPoll = std::chrono::milliseconds(1);
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
@@ -160,7 +165,8 @@ LocalAllreduce::LocalAllreduce(const std::string &segment_name, int local_rank, 
   if (size_ == 1) return;  // nothing to share
   block_bytes_ = std::max(kLine, slot_bytes / static_cast<size_t>(size_) / kLine * kLine);
   const size_t slots_at = round_up(kArrivalsAt + size_ * sizeof(CacheLine), kPage);
-  mapped_bytes_ = slots_at + static_cast<size_t>(size_) * size_ * block_bytes_;
+  const size_t small_at = slots_at + static_cast<size_t>(size_) * size_ * block_bytes_;
+  mapped_bytes_ = small_at + 2 * static_cast<size_t>(size_) * kSmallBytes;
   last_peer_check_ = Clock::now();
   try {
     if (rank_ == 0) {
@@ -178,6 +184,7 @@ LocalAllreduce::LocalAllreduce(const std::string &segment_name, int local_rank, 
     throw;
   }
   slots_ = base_ + slots_at;
+  small_ = base_ + small_at;
 }
 
 LocalAllreduce::~LocalAllreduce() {
@@ -346,6 +353,20 @@ void LocalAllreduce::reduce_window(const void *send, size_t count, DataType type
     }
     return;
   }
+  if (bytes <= kSmallBytes && bytes * static_cast<size_t>(size_) <= kSmallTotal) {
+    // One barrier: each rank's whole input into its place, then every rank combines them all,
+    // in rank order (so that every rank computes the same bits), for what it keeps.
+    uint8_t *area = small_area();
+    std::memcpy(area + static_cast<size_t>(rank_) * kSmallBytes, in, bytes);
+    barrier();
+    const size_t n = length;
+    if (n == 0) return;
+    const auto at = [&](int r) { return area + static_cast<size_t>(r) * kSmallBytes + keep_from; };
+    combine(out, at(0), at(1), n);
+    for (int r = 2; r < size_; ++r) combine(out, out, at(r), n);
+    if (op == ReduceOp::kAverage) divide_elements(out, n, type, size_);
+    return;
+  }
   const size_t capacity = static_cast<size_t>(size_) * block_bytes_;
   for (size_t done = 0; done < bytes;) {
     const size_t round = std::min(bytes - done, capacity);
@@ -390,6 +411,16 @@ void LocalAllreduce::allgather(const void *mine, size_t bytes, void *out) {
                                             " bytes do not fit a block of " +
                                             std::to_string(block_bytes_));
   }
+  if (bytes <= kSmallBytes) {  // one barrier (see small_area)
+    uint8_t *area = small_area();
+    std::memcpy(area + static_cast<size_t>(rank_) * kSmallBytes, mine, bytes);
+    barrier();
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(to + static_cast<size_t>(r) * bytes, area + static_cast<size_t>(r) * kSmallBytes,
+                  bytes);
+    }
+    return;
+  }
   const auto off_diagonal = [this](int r) { return block(r, (r + 1) % size_); };
   std::memcpy(off_diagonal(rank_), mine, bytes);
   barrier();
@@ -397,6 +428,16 @@ void LocalAllreduce::allgather(const void *mine, size_t bytes, void *out) {
     std::memcpy(to + static_cast<size_t>(r) * bytes, off_diagonal(r), bytes);
   }
   barrier();
+}
+
+// The small calls' area for this call: two areas of size_ places of kSmallBytes, used in turn.
+// A rank writes area A again two small calls later, after the barrier of the call between; every
+// peer reached that barrier after it had read A, so one barrier a call is enough. The ranks make
+// the same calls in the same order, so they agree on the turn.
+uint8_t *LocalAllreduce::small_area() {
+  uint8_t *area = small_ + (small_calls_ % 2) * static_cast<size_t>(size_) * kSmallBytes;
+  ++small_calls_;
+  return area;
 }
 
 uint8_t *LocalAllreduce::block(int slot, int block) const {

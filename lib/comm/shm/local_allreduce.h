@@ -16,6 +16,10 @@
 // divide_elements by local_size); a barrier; every rank copies every block's result back. A
 // block's place in a slot is fixed, and a rank's result goes into its own block of its own
 // slot, which no rank writes in the copy-in: two barriers per round, none after the last.
+// A small call (32 KiB a rank, 256 KiB over the ranks) takes one barrier instead: each rank
+// copies its input into its place in one of two areas used in turn, a barrier, and every rank
+// combines all the places itself, in rank order, so that every rank gets the same bits. The
+// engine's negotiation messages (allgather) go the same way.
 //
 // Barriers poll briefly (sched_yield), then sleep on a shared futex (ranks may outnumber cores). A
 // sleeper wakes every 100 ms to check that every peer's pid is still alive (a zombie counts as
@@ -94,6 +98,7 @@ class LocalAllreduce {
   void reduce_round(const uint8_t *data, const Split &split, ReduceFunction reduce, DataType type,
                     ReduceOp op);
   uint8_t *block(int slot, int block) const;
+  uint8_t *small_area();
   void barrier();
   void wait_for_generation(uint32_t seen);
   void check_peers_and_abort(std::chrono::steady_clock::time_point deadline, const char *during);
@@ -111,7 +116,9 @@ class LocalAllreduce {
   uint8_t *base_ = nullptr;
   SegmentHeader *header_ = nullptr;
   uint8_t *slots_ = nullptr;
-  bool created_ = false;  // rank 0, once it owns the name
+  uint8_t *small_ = nullptr;  // after the slots: the small calls' two areas
+  uint64_t small_calls_ = 0;  // small calls made: which area is next
+  bool created_ = false;      // rank 0, once it owns the name
   bool unlinked_ = false;
   std::string broken_;  // why an earlier call failed; "" while usable
   std::chrono::steady_clock::time_point last_peer_check_;
