@@ -1,6 +1,8 @@
 #include "lib/comm/negotiation.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -145,11 +147,35 @@ std::string counts_text(const std::vector<uint64_t> &counts) {
   return text + "]";
 }
 
-// The value of one field that must agree, as text, for the mismatch message.
+// One field that must agree: whether two descriptors do (asked for every rank of every
+// operation, so by value), and its value as text (only for the mismatch message).
 struct Field {
   const char *name;
   std::string (*show)(const Descriptor &);
+  bool (*same)(const Descriptor &, const Descriptor &);
 };
+
+bool same_double(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+bool same_kind(const Descriptor &a, const Descriptor &b) { return a.kind == b.kind; }
+bool same_type(const Descriptor &a, const Descriptor &b) { return a.type == b.type; }
+bool same_op(const Descriptor &a, const Descriptor &b) { return a.op == b.op; }
+bool same_count(const Descriptor &a, const Descriptor &b) { return a.count == b.count; }
+bool same_counts(const Descriptor &a, const Descriptor &b) { return a.counts == b.counts; }
+bool same_root(const Descriptor &a, const Descriptor &b) { return a.root == b.root; }
+bool same_scales(const Descriptor &a, const Descriptor &b) {
+  return same_double(a.prescale, b.prescale) && same_double(a.postscale, b.postscale);
+}
+bool same_memory(const Descriptor &a, const Descriptor &b) {
+  return (a.device < 0) == (b.device < 0);
+}
+bool same_set(const Descriptor &a, const Descriptor &b) { return a.process_set == b.process_set; }
+
+// A scale factor as the caller wrote it, to the last bit (std::to_string keeps 6 decimals).
+std::string scale_text(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", x);
+  return text;
+}
 
 std::string show_kind(const Descriptor &d) { return name_of(d.kind); }
 std::string show_type(const Descriptor &d) { return name_of(d.type); }
@@ -158,7 +184,7 @@ std::string show_count(const Descriptor &d) { return std::to_string(d.count); }
 std::string show_counts(const Descriptor &d) { return counts_text(d.counts); }
 std::string show_root(const Descriptor &d) { return std::to_string(d.root); }
 std::string show_scales(const Descriptor &d) {
-  return std::to_string(d.prescale) + "/" + std::to_string(d.postscale);
+  return scale_text(d.prescale) + "/" + scale_text(d.postscale);
 }
 std::string show_memory(const Descriptor &d) { return d.device < 0 ? "host" : "device"; }
 std::string show_set(const Descriptor &d) { return std::to_string(d.process_set); }
@@ -247,18 +273,30 @@ std::string check_output_size(const Agreed &agreed) {
   return "";
 }
 
-std::vector<Field> fields_for(OpKind kind) {
+std::vector<Field> make_fields(OpKind kind) {
   const OpTraits &op = traits(kind);
-  std::vector<Field> fields = {{"operation", show_kind},
-                               {"dtype", show_type},
-                               {"memory", show_memory},
-                               {"process set", show_set}};
-  if (op.same_count) fields.push_back({"count", show_count});
-  if (op.same_counts) fields.push_back({op.same_counts, show_counts});
-  if (op.same_root) fields.push_back({"root", show_root});
-  if (op.reduces)
-    fields.insert(fields.end(), {{"op", show_op}, {"prescale/postscale", show_scales}});
+  std::vector<Field> fields = {{"operation", show_kind, same_kind},
+                               {"dtype", show_type, same_type},
+                               {"memory", show_memory, same_memory},
+                               {"process set", show_set, same_set}};
+  if (op.same_count) fields.push_back({"count", show_count, same_count});
+  if (op.same_counts) fields.push_back({op.same_counts, show_counts, same_counts});
+  if (op.same_root) fields.push_back({"root", show_root, same_root});
+  if (op.reduces) {
+    fields.insert(fields.end(),
+                  {{"op", show_op, same_op}, {"prescale/postscale", show_scales, same_scales}});
+  }
   return fields;
+}
+
+// Made once per kind.
+const std::vector<Field> &fields_for(OpKind kind) {
+  static const auto *const all = [] {
+    auto *made = new std::vector<std::vector<Field>>;
+    for (int k = 0; k < kOpKinds; ++k) made->push_back(make_fields(static_cast<OpKind>(k)));
+    return made;
+  }();
+  return all->at(static_cast<size_t>(kind));
 }
 
 }  // namespace
@@ -428,16 +466,15 @@ std::string Negotiator::check(const Agreed &agreed) const {
     }
   }
   for (const Field &field : fields_for(reference.kind)) {
-    const std::string expected = field.show(reference);
     std::vector<int> differ;
     for (size_t r = 0; r < agreed.per_rank.size(); ++r) {
-      if (agreed.member[r] && !agreed.joined[r] && field.show(agreed.per_rank[r]) != expected) {
+      if (agreed.member[r] && !agreed.joined[r] && !field.same(agreed.per_rank[r], reference)) {
         differ.push_back(static_cast<int>(r));
       }
     }
     if (!differ.empty()) {
       std::string text = "the ranks disagree on its " + std::string(field.name) + ": rank " +
-                         std::to_string(first) + " gave " + expected;
+                         std::to_string(first) + " gave " + field.show(reference);
       for (int r : differ) {
         text += ", rank " + std::to_string(r) + " " +
                 field.show(agreed.per_rank[static_cast<size_t>(r)]);

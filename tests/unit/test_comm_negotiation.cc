@@ -483,6 +483,17 @@ TEST_CASE("negotiator: the cached path sends numbers; an unknown number is refus
   }
 }
 
+Descriptor scaled(Descriptor d, double prescale, double postscale) {
+  d.prescale = prescale;
+  d.postscale = postscale;
+  return d;
+}
+
+Descriptor on_device(Descriptor d) {
+  d.device = 0;
+  return d;
+}
+
 TEST_CASE("negotiator: mismatched arguments fail naming the ranks and values") {
   struct Case {
     const char *what;
@@ -506,6 +517,19 @@ TEST_CASE("negotiator: mismatched arguments fail naming the ranks and values") {
        allreduce("x", 4, DataType::kFloat32, ReduceOp::kMin),
        {"its op: rank 0 gave sum, rank 1 max, rank 2 min"}},
       {"root", broadcast("x", 0), broadcast("x", 0), broadcast("x", 2), {"its root", "rank 2 2"}},
+      // Scale factors compared by value, written to the last digit: 1e-7 and 2e-7 are the same
+      // with six decimals, which is how they were once compared.
+      {"scales",
+       scaled(allreduce("x", 4), 1e-7, 1.0),
+       scaled(allreduce("x", 4), 2e-7, 1.0),
+       scaled(allreduce("x", 4), 1e-7, 1.0),
+       {"its prescale/postscale: rank 0 gave 9.9999999999999995e-08/1, rank 1 "
+        "1.9999999999999999e-07/1"}},
+      {"memory",
+       allreduce("x", 4),
+       allreduce("x", 4),
+       on_device(allreduce("x", 4)),
+       {"its memory: rank 0 gave host, rank 2 device"}},
       {"kind", allreduce("x"), broadcast("x", 0), allreduce("x"), {"its operation", "broadcast"}},
       {"shape, equal counts",
        shaped(allreduce("x", 6), {2, 3}),
