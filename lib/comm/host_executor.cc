@@ -148,6 +148,11 @@ void HostExecutor::allgatherv(int set, const void *send, void *out,
   for (size_t n : bytes) total += n;
   if (total == 0) return;
   uint8_t dummy = 0;
+  if (set == 0 && local_ &&
+      *std::max_element(bytes.begin(), bytes.end()) <= shm::LocalAllreduce::kSmallBytes) {
+    local_->allgatherv(send ? send : &dummy, out, bytes);  // every rank on this host
+    return;
+  }
   backend(set).allgatherv(send ? send : &dummy, out, bytes);
 }
 

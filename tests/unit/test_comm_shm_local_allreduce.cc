@@ -322,8 +322,8 @@ TEST_CASE("shm LocalAllreduce: allgather interleaved with all-reduces, rank orde
 
 // The small calls' path (one barrier, two areas used in turn): back-to-back calls whose data
 // change every round, so that a rank reading a place a peer already overwrote for the next call
-// gets a wrong sum; small all-reduces, allgathers and reduce-scatters interleaved with large
-// calls, as the engine makes them.
+// gets a wrong sum; small all-reduces, allgathers, allgathervs and reduce-scatters interleaved
+// with large calls, as the engine makes them.
 TEST_CASE("shm LocalAllreduce: small calls back to back, every round's data its own") {
   for (int size : {2, 3, 4}) {
     CAPTURE(size);
@@ -346,6 +346,22 @@ TEST_CASE("shm LocalAllreduce: small calls back to back, every round's data its 
         for (int r = 0; r < size; ++r) {
           if (all[static_cast<size_t>(r)] != r * 100000 + round) return fail("allgather", round);
         }
+        // allgatherv: rank r gives (r + round) % 5 bytes (some none), each its rank and round.
+        std::vector<size_t> lengths(static_cast<size_t>(size));
+        size_t total = 0;
+        for (int r = 0; r < size; ++r) total += lengths[r] = static_cast<size_t>(r + round) % 5;
+        std::vector<uint8_t> given(lengths[rank], static_cast<uint8_t>(rank * 50 + round % 50));
+        std::vector<uint8_t> got(total + 1, 0xee);
+        shm.allgatherv(given.data(), got.data(), lengths);
+        size_t at = 0;
+        for (int r = 0; r < size; ++r) {
+          for (size_t i = 0; i < lengths[r]; ++i) {
+            if (got[at++] != static_cast<uint8_t>(r * 50 + round % 50)) {
+              return fail("allgatherv", round);
+            }
+          }
+        }
+        if (got[total] != 0xee) return fail("allgatherv (wrote past the end)", round);
         if (round % 3 == 0) {
           std::vector<float> z(5, static_cast<float>(rank + round)), out(2);
           shm.reducescatter(z.data(), 5, 3, 2, out.data(), DataType::kFloat32, ReduceOp::kMax);

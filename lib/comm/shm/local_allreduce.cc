@@ -41,10 +41,11 @@ constexpr size_t kPiece = 64 * 1024;
 // 6 us when sleeping at once.
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kPeerCheck = std::chrono::milliseconds(100);
-// Small calls take a path of one barrier instead of two (see allreduce_small): each rank's
-// bytes, up to kSmallBytes, go into its place in one of two areas used in turn, and every rank
-// reduces (or gathers) them all itself, when the ranks' bytes together are at most kSmallTotal.
-constexpr size_t kSmallBytes = 32 * 1024;
+// Small calls take a path of one barrier instead of two (see small_area): each rank's bytes,
+// up to kSmallBytes, go into its place in one of two areas used in turn, and every rank
+// reduces (or gathers) them all itself; an all-reduce when the ranks' bytes together are at
+// most kSmallTotal.
+constexpr size_t kSmallBytes = LocalAllreduce::kSmallBytes;
 constexpr size_t kSmallTotal = 256 * 1024;
 constexpr auto kSetupPoll = std::chrono::milliseconds(1);
 
@@ -438,6 +439,34 @@ uint8_t *LocalAllreduce::small_area() {
   uint8_t *area = small_ + (small_calls_ % 2) * static_cast<size_t>(size_) * kSmallBytes;
   ++small_calls_;
   return area;
+}
+
+void LocalAllreduce::allgatherv(const void *mine, void *out, const std::vector<size_t> &bytes) {
+  if (!broken_.empty()) {
+    throw Error(Code::kCommunication,
+                "shared-memory allgatherv: unusable after an earlier failure: " + broken_);
+  }
+  if (bytes.size() != static_cast<size_t>(size_) ||
+      *std::max_element(bytes.begin(), bytes.end()) > kSmallBytes) {
+    throw Error(Code::kInvalidArgument,
+                "shared-memory allgatherv: " + std::to_string(bytes.size()) + " lengths for " +
+                    std::to_string(size_) + " ranks, or one over " + std::to_string(kSmallBytes) +
+                    " bytes");
+  }
+  auto *to = static_cast<uint8_t *>(out);
+  const size_t own = bytes[static_cast<size_t>(rank_)];
+  if (size_ == 1) {
+    if (own > 0) std::memcpy(to, mine, own);
+    return;
+  }
+  uint8_t *area = small_area();
+  if (own > 0) std::memcpy(area + static_cast<size_t>(rank_) * kSmallBytes, mine, own);
+  barrier();
+  for (int r = 0; r < size_; ++r) {
+    const size_t n = bytes[static_cast<size_t>(r)];
+    if (n > 0) std::memcpy(to, area + static_cast<size_t>(r) * kSmallBytes, n);
+    to += n;
+  }
 }
 
 uint8_t *LocalAllreduce::block(int slot, int block) const {

@@ -54,6 +54,9 @@ class LocalAllreduce {
   // Bytes of the buffer one round reduces (each rank's slot). The segment holds local_size
   // slots; /dev/shm must have room for them (docker's default is 64 MB).
   static constexpr size_t kDefaultSlotBytes = size_t{4} << 20;
+  // The most bytes a rank gives to a small call (one barrier; see the top of this file), and
+  // the most allgatherv takes from each rank.
+  static constexpr size_t kSmallBytes = size_t{32} << 10;
 
   // segment_name: "/" then 16 to 200 of [A-Za-z0-9._-]. peer_pids[r]: local rank r's pid (this
   // rank's own entry is not used). Throws Error(kInvalidArgument) for a bad argument,
@@ -82,6 +85,10 @@ class LocalAllreduce {
   // order (the engine's negotiation messages). bytes must not exceed block_bytes().
   void allgather(const void *mine, size_t bytes, void *out);
   size_t block_bytes() const { return block_bytes_; }
+  // Blocking: out = every local rank's bytes[r] bytes, one after the other in local-rank order
+  // (this rank gives bytes[local rank] of `mine`). Every rank passes the same `bytes`, none over
+  // kSmallBytes. One barrier.
+  void allgatherv(const void *mine, void *out, const std::vector<size_t> &bytes);
 
  private:
   struct Split;
