@@ -206,20 +206,22 @@ void Engine::note_departures(const std::vector<int> &ranks) {
   left_ = ranks;
 }
 
+// The launcher's note on the ranks that left is awaited even when nothing is in flight here: a
+// call submitted while the text is made (failure_ is still empty then) is failed with it, and
+// this rank must not end before the leaver, or the job would end with this rank's code. The
+// wait ends at once when this rank shuts down too.
 std::pair<Code, std::string> Engine::end_reason() {
   std::vector<int> left;
-  bool waiting = false;
   {
     std::lock_guard lock(mutex_);
     left = left_;
-    waiting = !in_flight_.empty() || !queue_.empty() || join_;
-    left_noted_ = waiting;
+    left_noted_ = true;
   }
   if (left.empty()) {
     return {Code::kNotInitialized,
             "perseus_finalize was called before this operation ran on every rank"};
   }
-  return {Code::kCommunication, departure_text(left, waiting)};
+  return {Code::kCommunication, departure_text(left, true)};
 }
 
 std::string Engine::departure_text(const std::vector<int> &left, bool wait_for_notes) {
