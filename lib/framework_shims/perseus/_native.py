@@ -527,7 +527,8 @@ class Request:
         self._result = None
         self._detail = ""
         if key is not None:
-            _take_name(key)
+            with _names_lock:
+                _taken[key] = _taken.get(key, 0) + 1
 
     def poll(self):
         if self._handle is None:
@@ -542,9 +543,10 @@ class Request:
             if self._handle is None:
                 raise PerseusError("%s: the request was released" % self.what,
                                    ERROR_INVALID_ARGUMENT)
-            self._result = lib().perseus_wait(self._handle)
+            self._result = _lib.perseus_wait(self._handle)
             self._detail = last_error() if self._result < 0 else ""
-            self._key = _free_name(self._key)
+            if self._key is not None:
+                self._key = _free_name(self._key)
         if self._result < 0:
             name = ERROR_NAMES.get(self._result, str(self._result))
             kind = HorovodInternalError if self._result == ERROR_COMMUNICATION else PerseusError
@@ -566,7 +568,8 @@ class Request:
         if handle is not None and _lib is not None:
             _lib.perseus_release(handle)
         self._keep = ()
-        self._key = _free_name(self._key)
+        if self._key is not None:
+            self._key = _free_name(self._key)
 
     def __del__(self):
         try:
@@ -724,10 +727,23 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
                     process_set=GLOBAL_PROCESS_SET, shape=None):
     """shape (optional, every *_async call): the tensor's full shape, which negotiation checks
     against the other ranks' (perseus_next_shape)."""
+    # _submit's work written out: this is the call a training step makes for every tensor.
     encoded = _name(name)
-    return _submit(lib().perseus_comm_allreduce_async, what, keep, _comm(process_set, what),
-                   send, recv, count, dtype, op, float(prescale), float(postscale), encoded,
-                   device, stream, shape=shape, key=_key_of(encoded, process_set))
+    key = None if encoded is None else (int(process_set), encoded)
+    if key is not None and key in _taken:
+        _refuse_taken_name(key, what)
+    if _orphans:
+        _release_finished_orphans()
+    comm = _comm(process_set, what)
+    if shape is not None:
+        _next_shape(shape, what)
+    handle = ctypes.c_void_p()
+    rc = _lib.perseus_comm_allreduce_async(comm, send, recv, count, dtype, op, float(prescale),
+                                           float(postscale), encoded, device, stream,
+                                           ctypes.byref(handle))
+    if rc < 0:
+        raise error(rc, what)
+    return Request(handle.value, what, keep, key)
 
 
 def allreduce(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,

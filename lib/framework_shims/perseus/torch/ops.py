@@ -85,12 +85,17 @@ class Handle:
 
     def synchronize(self):
         if not self._done:
+            requests = self._requests
             try:
-                for r in self._requests:
-                    r.wait()
-                self._result = self._complete()
+                if len(requests) == 1:
+                    requests[0].wait()
+                else:
+                    for r in requests:
+                        r.wait()
+                if self._finish is not None:
+                    self._result = self._finish()
             finally:
-                for r in self._requests:
+                for r in requests:
                     r.release()
             self._done = True
             self._finish = None
