@@ -71,9 +71,10 @@ def main():
 
     timeit.timeit(step, number=args.num_warmup_batches)
     stats = perseus.ddp_stats()
+    through = ("Perseus" if stats["models"] > stats.get("alone", 0) else
+               "none (one rank: Perseus adds no hook)" if stats["models"] else "torch.distributed")
     log("Model: %s, batch size %d, %dx%d images, %d ranks on %s, all-reduce through %s"
-        % (args.model, batch, size, size, world, device.type,
-           "Perseus" if stats["models"] else "torch.distributed"))
+        % (args.model, batch, size, size, world, device.type, through))
     rates = []
     for i in range(args.num_iters):
         t = timeit.timeit(step, number=args.num_batches_per_iter)
