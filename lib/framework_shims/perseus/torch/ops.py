@@ -218,6 +218,17 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
                      check=None, set_id=_native.GLOBAL_PROCESS_SET):
     """label: what a NaN check's error calls the tensor (default: its name); check: whether to
     check for NaN/Inf (default: PERSEUS_ALLREDUCE_NANCHECK); set_id: the libperseus process set."""
+    if tensor.is_cpu and not (_grad.nancheck() if check is None else check):
+        # The common case first, before the general path's closure (its cells cost every call).
+        send = tensor if output is tensor else tensor.contiguous()
+        return _host_allreduce_async(send, output, name, op, prescale_factor, postscale_factor,
+                                     set_id, _What("allreduce", name, tensor))
+    return _allreduce_async_general(tensor, output, name, op, prescale_factor, postscale_factor,
+                                    label, check, set_id)
+
+
+def _allreduce_async_general(tensor, output, name, op, prescale_factor, postscale_factor, label,
+                             check, set_id):
     if _staged(tensor, set_id):
         host = tensor.detach().cpu()
         inner = _allreduce_async(host, host, name, op, prescale_factor, postscale_factor, label,
@@ -226,7 +237,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     what = _What("allreduce", name, tensor)
     send = tensor if output is tensor else tensor.contiguous()
     check = (_grad.nancheck() if check is None else check) and send.is_floating_point()
-    if not check and send.is_cpu:
+    if not check and send.is_cpu:  # an integer tensor under the NaN check
         return _host_allreduce_async(send, output, name, op, prescale_factor, postscale_factor,
                                      set_id, what)
     input_nonfinite = check and not _grad.finite(send)
