@@ -52,9 +52,9 @@ constexpr auto kPendingPollFor = std::chrono::milliseconds(50);
 constexpr auto kIdleAfter = std::chrono::seconds(1);
 constexpr int kIdleFactor = 5;
 
-// When other ranks leave while a caller here waits, the launcher's word on how they ended (their
-// exit code, written to the store as each rank ends) is awaited this long. A rank that left after
-// an error exits non-zero meanwhile, so the launcher names it as the job's cause, not this one.
+// When other ranks leave, the launcher's word on how they ended (their exit code, written to the
+// store as each rank ends) is awaited this long. A rank that left after an error exits non-zero
+// meanwhile, so the launcher names it as the job's cause, not this one.
 // The note comes when the leaving process has ended, after its interpreter's teardown: 0.2 s on
 // an idle machine, but over 3 s (the limit before 2026-12-05) on a loaded CI machine, where the
 // survivors then exited first and the job ended with their code 1 instead of the leaver's.
@@ -192,7 +192,7 @@ bool Engine::shutdown(std::chrono::milliseconds limit) {
     left_noted_ = true;
     const std::vector<int> left = left_;
     lock.unlock();
-    std::string text = departure_text(left, true);
+    std::string text = departure_text(left);
     lock.lock();
     failure_ = std::move(text);
   }
@@ -221,13 +221,12 @@ std::pair<Code, std::string> Engine::end_reason() {
     return {Code::kNotInitialized,
             "perseus_finalize was called before this operation ran on every rank"};
   }
-  return {Code::kCommunication, departure_text(left, true)};
+  return {Code::kCommunication, departure_text(left)};
 }
 
-std::string Engine::departure_text(const std::vector<int> &left, bool wait_for_notes) {
+std::string Engine::departure_text(const std::vector<int> &left) {
   std::string notes;
-  const auto patience = exit_notes_ ? kExitNotePatience : kNoNotesPatience;
-  const auto give_up = Clock::now() + (wait_for_notes ? patience : Clock::duration(0));
+  const auto give_up = Clock::now() + (exit_notes_ ? kExitNotePatience : kNoNotesPatience);
   for (;;) {
     if (exit_notes_) notes = exit_notes_(left);
     if (!notes.empty() || Clock::now() >= give_up) break;

@@ -105,10 +105,10 @@ class Engine {
   void fail_everything(Code code, const std::string &message);
   // The cycle saw these ranks leave (perseus_finalize): the job is over for this rank too.
   void note_departures(const std::vector<int> &ranks);
-  // Why the thread ended, for the requests it fails: the departure of other ranks, waiting
-  // briefly for the launcher's word on how they ended when some caller waits for the answer.
+  // Why the thread ended, for the requests it fails: the departure of other ranks, with the
+  // launcher's word on how they ended (awaited; see kExitNotePatience).
   std::pair<Code, std::string> end_reason();
-  std::string departure_text(const std::vector<int> &left, bool wait_for_notes);
+  std::string departure_text(const std::vector<int> &left);
   // Throws the engine's failure (under `lock`), first waiting once for the launcher's word on
   // the ranks that left.
   [[noreturn]] void throw_failure(std::unique_lock<std::mutex> &lock);

@@ -413,13 +413,7 @@ void LocalAllreduce::allgather(const void *mine, size_t bytes, void *out) {
                                             std::to_string(block_bytes_));
   }
   if (bytes <= kSmallBytes) {  // one barrier (see small_area)
-    uint8_t *area = small_area();
-    std::memcpy(area + static_cast<size_t>(rank_) * kSmallBytes, mine, bytes);
-    barrier();
-    for (int r = 0; r < size_; ++r) {
-      std::memcpy(to + static_cast<size_t>(r) * bytes, area + static_cast<size_t>(r) * kSmallBytes,
-                  bytes);
-    }
+    allgatherv(mine, out, std::vector<size_t>(static_cast<size_t>(size_), bytes));
     return;
   }
   const auto off_diagonal = [this](int r) { return block(r, (r + 1) % size_); };

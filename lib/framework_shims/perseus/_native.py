@@ -527,8 +527,7 @@ class Request:
         self._result = None
         self._detail = ""
         if key is not None:
-            with _names_lock:
-                _taken[key] = _taken.get(key, 0) + 1
+            _take_name(key)
 
     def poll(self):
         if self._handle is None:
@@ -543,10 +542,9 @@ class Request:
             if self._handle is None:
                 raise PerseusError("%s: the request was released" % self.what,
                                    ERROR_INVALID_ARGUMENT)
-            self._result = _lib.perseus_wait(self._handle)
+            self._result = lib().perseus_wait(self._handle)
             self._detail = last_error() if self._result < 0 else ""
-            if self._key is not None:
-                self._key = _free_name(self._key)
+            self._key = _free_name(self._key)
         if self._result < 0:
             name = ERROR_NAMES.get(self._result, str(self._result))
             kind = HorovodInternalError if self._result == ERROR_COMMUNICATION else PerseusError
@@ -568,8 +566,7 @@ class Request:
         if handle is not None and _lib is not None:
             _lib.perseus_release(handle)
         self._keep = ()
-        if self._key is not None:
-            self._key = _free_name(self._key)
+        self._key = _free_name(self._key)
 
     def __del__(self):
         try:
@@ -665,17 +662,23 @@ def _shape_array(shape):
 
 
 def _submit(fn, what, keep, *args, shape=None, key=None):
+    _before_submit(key, what, shape)
+    handle = ctypes.c_void_p()
+    rc = fn(*args, ctypes.byref(handle))
+    if rc < 0:
+        raise error(rc, what)
+    return Request(handle.value, what, keep, key)
+
+
+def _before_submit(key, what, shape):
+    """What a submission does before its library call: a name in flight refused, finished
+    orphans released, the shape given (perseus_next_shape)."""
     if key is not None:
         _refuse_taken_name(key, what)
     if _orphans:
         _release_finished_orphans()
     if shape is not None:
         _next_shape(shape, what)
-    handle = ctypes.c_void_p()
-    rc = fn(*args, ctypes.byref(handle))
-    if rc < 0:
-        raise error(rc, what)
-    return Request(handle.value, what, keep, key)
 
 
 def _next_shape(shape, what):
@@ -727,16 +730,12 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
                     process_set=GLOBAL_PROCESS_SET, shape=None):
     """shape (optional, every *_async call): the tensor's full shape, which negotiation checks
     against the other ranks' (perseus_next_shape)."""
-    # _submit's work written out: this is the call a training step makes for every tensor.
+    # _submit's work written out (no argument packing): the call a training step makes for
+    # every tensor.
     encoded = _name(name)
-    key = None if encoded is None else (int(process_set), encoded)
-    if key is not None and key in _taken:
-        _refuse_taken_name(key, what)
-    if _orphans:
-        _release_finished_orphans()
+    key = _key_of(encoded, process_set)
     comm = _comm(process_set, what)
-    if shape is not None:
-        _next_shape(shape, what)
+    _before_submit(key, what, shape)
     handle = ctypes.c_void_p()
     rc = _lib.perseus_comm_allreduce_async(comm, send, recv, count, dtype, op, float(prescale),
                                            float(postscale), encoded, device, stream,
@@ -752,13 +751,8 @@ def allreduce(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=No
     """allreduce_async, waited for, in one library call (perseus_comm_allreduce): no Request,
     and the name is in flight only during the call. Raises what Request.wait would."""
     encoded = _name(name)
-    if encoded is not None:
-        _refuse_taken_name((int(process_set), encoded), what)
-    if _orphans:
-        _release_finished_orphans()
     comm = _comm(process_set, what)
-    if shape is not None:
-        _next_shape(shape, what)
+    _before_submit(_key_of(encoded, process_set), what, shape)
     rc = _lib.perseus_comm_allreduce(comm, send, recv, count, dtype, op, float(prescale),
                                      float(postscale), encoded, device, stream)
     if rc < 0:

@@ -85,17 +85,12 @@ class Handle:
 
     def synchronize(self):
         if not self._done:
-            requests = self._requests
             try:
-                if len(requests) == 1:
-                    requests[0].wait()
-                else:
-                    for r in requests:
-                        r.wait()
-                if self._finish is not None:
-                    self._result = self._finish()
+                for r in self._requests:
+                    r.wait()
+                self._result = self._complete()
             finally:
-                for r in requests:
+                for r in self._requests:
                     r.release()
             self._done = True
             self._finish = None
@@ -197,20 +192,29 @@ def _buffers(send, output, what):
     return src, _tensors.describe(output, what)[0], count, code, device, stream, (send, output)
 
 
-def _host_allreduce_async(send, output, name, op, prescale_factor, postscale_factor, set_id,
-                          what):
-    """_allreduce_async of a host tensor without the NaN check (the common case, kept short):
-    libperseus scales and averages host memory itself."""
+def _host_args(send, output, op, prescale_factor, postscale_factor, set_id, what):
+    """An all-reduce of a host tensor from send into output as libperseus's call takes it: (send
+    address, output address, count, dtype code, op code, prescale, postscale, what the request
+    must keep alive). libperseus scales and averages host memory itself; an Average with scale
+    factors is a Sum whose postscale is divided by the ranks (_device_scales's rule, written out:
+    this is on every call's path)."""
     pre, post = float(prescale_factor), float(postscale_factor)
     if (pre != 1.0 or post != 1.0) and op == Average:
         op, post = Sum, post / _members(set_id)
-    src, count, code, device, stream = _tensors.describe(send, what)
+    src, count, code, _, _ = _tensors.describe(send, what)
     if output is send:
-        dst, keep = src, send
-    else:
-        dst, keep = _tensors.describe(output, what)[0], (send, output)
-    return Handle([_native.allreduce_async(src, dst, count, code, _OPS[op], pre, post, name,
-                                           device, stream, what=what, keep=keep,
+        return src, src, count, code, _OPS[op], pre, post, send
+    dst = _tensors.describe(output, what)[0]
+    return src, dst, count, code, _OPS[op], pre, post, (send, output)
+
+
+def _host_allreduce_async(send, output, name, op, prescale_factor, postscale_factor, set_id,
+                          what):
+    """_allreduce_async of a host tensor without the NaN check (the common case, kept short)."""
+    src, dst, count, code, op_code, pre, post, keep = _host_args(
+        send, output, op, prescale_factor, postscale_factor, set_id, what)
+    return Handle([_native.allreduce_async(src, dst, count, code, op_code, pre, post, name,
+                                           _native.DEVICE_CPU, None, what=what, keep=keep,
                                            process_set=set_id, shape=send.shape)], None, output)
 
 
@@ -282,12 +286,9 @@ def _allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, 
     (perseus_comm_allreduce), no handle. The same checks, results and errors."""
     what = _What("allreduce", name, tensor)
     send = tensor if output is tensor else tensor.contiguous()
-    pre, post = float(prescale_factor), float(postscale_factor)
-    if pre != 1.0 or post != 1.0:
-        op, _, post, _ = _device_scales(send, op, pre, post, lambda: _members(set_id))
-    src, count, code, device, stream = _tensors.describe(send, what)
-    dst = src if output is send else _tensors.describe(output, what)[0]
-    _native.allreduce(src, dst, count, code, _OPS[op], pre, post, name, device, stream,
+    src, dst, count, code, op_code, pre, post, _ = _host_args(
+        send, output, op, prescale_factor, postscale_factor, set_id, what)
+    _native.allreduce(src, dst, count, code, op_code, pre, post, name, _native.DEVICE_CPU, None,
                       what=what, process_set=set_id, shape=send.shape)
     return output
 
