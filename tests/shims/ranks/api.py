@@ -124,6 +124,22 @@ def main():
             tol = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6
             out = hvd.allreduce(inputs[me], op=op, name="ar.%s.%s" % (dtype, name))
             check.close(out, ref, "allreduce %s %s" % (dtype, name), rtol=tol, atol=tol)
+    # In place, blocking (one library call for a host tensor) and async, on an odd 3-D shape,
+    # every dtype: the same sums as above.
+    for dtype in FLOATS + INTS:
+        shape = (17, 17, 17)
+        stack = torch.stack([data(r, shape, dtype, 5).double() if dtype.is_floating_point
+                             else data(r, shape, dtype, 5).long() for r in ranks])
+        ref = stack.sum(0).to(dtype)
+        tol = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6
+        y = data(me, shape, dtype, 5)
+        check(hvd.allreduce_(y, op=hvd.Sum, name="inplace.%s" % dtype) is y,
+              "allreduce_ %s returns its tensor" % dtype)
+        check.close(y, ref, "allreduce_ %s 17x17x17" % dtype, rtol=tol, atol=tol)
+        z = data(me, shape, dtype, 5)
+        got = hvd.synchronize(hvd.allreduce_async_(z, op=hvd.Sum, name="async_.%s" % dtype))
+        check(got is z, "allreduce_async_ %s gives its tensor" % dtype)
+        check.close(z, ref, "allreduce_async_ %s 17x17x17" % dtype, rtol=tol, atol=tol)
     x = data(me, (4,), torch.float32, 2)
     ref = torch.stack([data(r, (4,), torch.float32, 2) for r in ranks]).sum(0)
     check.close(hvd.allreduce(x), ref / n, "allreduce default is Average (unnamed)")
