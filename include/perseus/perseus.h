@@ -254,6 +254,10 @@ PERSEUS_API int perseus_output_counts(const perseus_request_t *request, size_t *
 PERSEUS_API int perseus_output_copy(const perseus_request_t *request, void *dst);
 /* Frees the request. A request still running is waited for first (its buffers are in use). */
 PERSEUS_API void perseus_release(perseus_request_t *request);
+/* perseus_wait, then perseus_release, in one call: returns the operation's result, and a
+ * failure's message stays in perseus_last_error(). The request is freed either way. What a
+ * framework's synchronize(handle) makes one library call instead of two. */
+PERSEUS_API int perseus_wait_release(perseus_request_t *request);
 
 /* Horovod's join: this rank has no more data. Blocks until every rank has joined; meanwhile
  * this rank takes part in the all-reduces the others submit with zeros (and in their
@@ -346,6 +350,15 @@ PERSEUS_API int perseus_comm_reducescatter_async(perseus_comm_t *comm, const voi
                                                  double prescale, double postscale,
                                                  const char *name, int device, void *stream,
                                                  perseus_request_t **request);
+/* perseus_comm_allreduce_async with the tensor's full shape in the same call, as a
+ * perseus_next_shape right before it would give it (ndims extents in dims, 0..64, whose product
+ * is count): one library call a tensor instead of two (a framework's per-tensor submission). */
+PERSEUS_API int perseus_comm_allreduce_shaped_async(perseus_comm_t *comm, const void *send,
+                                                    void *recv, size_t count, int dtype, int op,
+                                                    double prescale, double postscale,
+                                                    const char *name, int ndims,
+                                                    const int64_t *dims, int device, void *stream,
+                                                    perseus_request_t **request);
 /* perseus_comm_allreduce_async, waited for: submits, waits and frees the request in one call,
  * and returns the operation's result (a framework's blocking all-reduce makes one library call
  * instead of three). perseus_next_shape applies to it as to the asynchronous call. */

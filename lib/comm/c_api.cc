@@ -582,6 +582,15 @@ PERSEUS_API int perseus_output_copy(const perseus_request_t *request, void *dst)
   });
 }
 
+PERSEUS_API int perseus_wait_release(perseus_request_t *request) {
+  const int result = perseus::comm::guarded("perseus_wait_release", nullptr, [&] {
+    request_of(request).wait();
+    return PERSEUS_SUCCESS;
+  });
+  perseus_release(request);
+  return result;
+}
+
 PERSEUS_API void perseus_release(perseus_request_t *request) {
   if (!request) return;
   auto *handle = reinterpret_cast<perseus::comm::Handle *>(request);
@@ -708,6 +717,21 @@ PERSEUS_API int perseus_comm_allreduce_async(perseus_comm_t *comm, const void *s
                                              void *stream, perseus_request_t **request) {
   return with_runtime("perseus_comm_allreduce_async", name, [&](Runtime &r) {
     require_out(request);
+    return hand_out(r.allreduce(send, recv, count, dtype, op, prescale, postscale, name, device,
+                                stream, set_of(comm)),
+                    request);
+  });
+}
+
+PERSEUS_API int perseus_comm_allreduce_shaped_async(perseus_comm_t *comm, const void *send,
+                                                    void *recv, size_t count, int dtype, int op,
+                                                    double prescale, double postscale,
+                                                    const char *name, int ndims,
+                                                    const int64_t *dims, int device, void *stream,
+                                                    perseus_request_t **request) {
+  return with_runtime("perseus_comm_allreduce_shaped_async", name, [&](Runtime &r) {
+    require_out(request);
+    perseus::comm::set_next_shape(dims, ndims);
     return hand_out(r.allreduce(send, recv, count, dtype, op, prescale, postscale, name, device,
                                 stream, set_of(comm)),
                     request);

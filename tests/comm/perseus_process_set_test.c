@@ -140,6 +140,56 @@ static void check_communicators(int last_set) {
       } else {
         expect(rc == PERSEUS_SUCCESS, "a communicator of one agrees with itself");
       }
+      /* The shaped asynchronous call and perseus_wait_release: the same result, the shape
+       * checked as perseus_next_shape's (a 3-D shape that disagrees in its last two extents,
+       * the same count, refused on every member), a bad shape refused before anything is
+       * submitted, and a failure's message kept after the request is freed. */
+      {
+        int64_t cube[3] = {1, 2, 3}, turned[3] = {1, 3, 2}, negative[2] = {-2, -3};
+        for (i = 0; i < 6; ++i) v[i] = (float)(g_rank + 1) * (float)(i + 1);
+        check(perseus_comm_allreduce_shaped_async(evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0,
+                                                  1.0, "comm.shaped", 3, cube, PERSEUS_DEVICE_CPU,
+                                                  NULL, &req),
+              "perseus_comm_allreduce_shaped_async");
+        check(perseus_wait_release(req), "perseus_wait_release");
+        for (i = 0; i < 6; ++i) {
+          expect(v[i] == want * (float)(i + 1), "the shaped all-reduce in a communicator");
+        }
+        check(perseus_comm_allreduce_shaped_async(
+                  evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0, "comm.shaped.skew", 3,
+                  index == 0 && n > 1 ? turned : cube, PERSEUS_DEVICE_CPU, NULL, &req),
+              "perseus_comm_allreduce_shaped_async (skewed)");
+        rc = perseus_wait_release(req);
+        if (n > 1) {
+          expect(rc == PERSEUS_ERROR_INVALID_ARGUMENT, "skewed 3-D shapes refused on every member");
+          expect(strstr(perseus_last_error(), "[1, 3, 2]") != NULL &&
+                     strstr(perseus_last_error(), "[1, 2, 3]") != NULL,
+                 "the refusal, read after perseus_wait_release freed the request, names both");
+        } else {
+          expect(rc == PERSEUS_SUCCESS, "one member's shape agrees with itself");
+        }
+        req = (perseus_request_t *)&x; /* must be set to NULL by a refused call */
+        expect(perseus_comm_allreduce_shaped_async(
+                   evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0, "comm.shaped.bad", 2,
+                   negative, PERSEUS_DEVICE_CPU, NULL, &req) == PERSEUS_ERROR_INVALID_ARGUMENT &&
+                   req == NULL,
+               "a negative extent refused, nothing submitted");
+        expect(strstr(perseus_last_error(), "perseus_comm_allreduce_shaped_async") != NULL &&
+                   strstr(perseus_last_error(), "is negative") != NULL,
+               "that refusal names the call and the extent");
+        expect(perseus_comm_allreduce_shaped_async(
+                   evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0, "comm.shaped.bad", 2,
+                   cube, PERSEUS_DEVICE_CPU, NULL, &req) == PERSEUS_ERROR_INVALID_ARGUMENT,
+               "a shape whose product is not the count refused");
+        /* The refused calls left no shape behind: the next call without one is not checked
+         * against a stale shape (the other members give none either). */
+        check(perseus_comm_allreduce_async(evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0,
+                                           "comm.shaped.after", PERSEUS_DEVICE_CPU, NULL, &req),
+              "perseus_comm_allreduce_async after refused shaped calls");
+        check(perseus_wait_release(req), "perseus_wait_release (after)");
+        expect(perseus_wait_release(NULL) == PERSEUS_ERROR_INVALID_ARGUMENT,
+               "perseus_wait_release(NULL) refused");
+      }
     }
     check(perseus_comm_barrier(evens), "perseus_comm_barrier");
   } else {

@@ -221,6 +221,7 @@ def _declare(lib):
         "perseus_output_counts": ([c_void, size_p], c_int),
         "perseus_output_copy": ([c_void, c_void], c_int),
         "perseus_release": ([c_void], None),
+        "perseus_wait_release": ([c_void], c_int),
         "perseus_join": ([c_int, ctypes.POINTER(c_int)], c_int),
         "perseus_add_process_set": ([ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_int)],
                                     c_int),
@@ -230,6 +231,10 @@ def _declare(lib):
         "perseus_comm_allreduce_async": ([c_void, c_void, c_void, c_size, c_int, c_int,
                                           c_double, c_double, c_char, c_int, c_void, req_pp],
                                          c_int),
+        "perseus_comm_allreduce_shaped_async": ([c_void, c_void, c_void, c_size, c_int, c_int,
+                                                 c_double, c_double, c_char, c_int,
+                                                 ctypes.POINTER(ctypes.c_int64), c_int, c_void,
+                                                 req_pp], c_int),
         "perseus_comm_allreduce": ([c_void, c_void, c_void, c_size, c_int, c_int, c_double,
                                     c_double, c_char, c_int, c_void], c_int),
         "perseus_comm_broadcast_async": ([c_void, c_void, c_size, c_int, c_int, c_char, c_int,
@@ -517,17 +522,18 @@ class Request:
     whatever must outlive the operation (the buffers' owners, the counts arrays). `what` is
     what errors call the operation: a string, or an object whose str() makes one."""
 
-    __slots__ = ("_handle", "what", "_keep", "_key", "_result", "_detail")
+    __slots__ = ("_handle", "what", "_keep", "_key", "_result", "_detail", "_output")
 
-    def __init__(self, handle, what, keep=(), key=None):
+    def __init__(self, handle, what, keep=(), key=None, output=None):
         self._handle = handle  # the perseus_request_t, as an int
         self.what = what
         self._keep = keep
         self._key = key  # (process set, name) of a named operation, else None
         self._result = None
         self._detail = ""
+        self._output = output  # what synchronize() returns
         if key is not None:
-            _take_name(key)
+            _taken.add(key)
 
     def poll(self):
         if self._handle is None:
@@ -542,9 +548,11 @@ class Request:
             if self._handle is None:
                 raise PerseusError("%s: the request was released" % self.what,
                                    ERROR_INVALID_ARGUMENT)
-            self._result = lib().perseus_wait(self._handle)
-            self._detail = last_error() if self._result < 0 else ""
-            self._key = _free_name(self._key)
+            self._result = _lib.perseus_wait(self._handle)  # loaded: it made this request
+            if self._result < 0:
+                self._detail = last_error()
+            if self._key is not None:
+                self._key = _free_name(self._key)
         if self._result < 0:
             name = ERROR_NAMES.get(self._result, str(self._result))
             kind = HorovodInternalError if self._result == ERROR_COMMUNICATION else PerseusError
@@ -566,7 +574,28 @@ class Request:
         if handle is not None and _lib is not None:
             _lib.perseus_release(handle)
         self._keep = ()
-        self._key = _free_name(self._key)
+        if self._key is not None:
+            self._key = _free_name(self._key)
+
+    def synchronize(self):
+        """wait() then release(): what a framework's synchronize(handle) does with a handle that
+        is one request (the output given at submission, returned). Called again, it returns the
+        output again, or raises the same error."""
+        handle = self._handle
+        if handle is not None and self._result is None:
+            # wait() and release() written out (every async all-reduce's path); wait() below
+            # raises the failure.
+            self._handle = None
+            self._result = result = _lib.perseus_wait_release(handle)
+            if result < 0:
+                self._detail = last_error()
+            self._keep = ()
+            if self._key is not None:
+                self._key = _free_name(self._key)
+            if result >= 0:
+                return self._output
+        self.wait()  # raises a failure, or that the request was released unwaited
+        return self._output
 
     def __del__(self):
         try:
@@ -575,7 +604,7 @@ class Request:
                 # synchronized): releasing a running request would block this thread until the
                 # other ranks submit it too, maybe never. Its buffers stay alive with it, and
                 # its name stays taken, until a later submission finds it done.
-                with _names_lock:
+                with _orphans_lock:
                     _orphans.append((self._handle, self._keep, self._key))
                 self._handle, self._keep, self._key = None, (), None
                 return
@@ -590,35 +619,28 @@ class Request:
 # the name when its background thread ends the operation; here the caller's handle decides,
 # so the refusal does not depend on how fast the other ranks were (Horovod's own tests submit
 # twice right after the other ranks have, and expect the error).
-_taken = {}  # key -> number of requests under it not collected
+# libperseus itself refuses a name in flight there, so a name is taken by one request at a time
+# (two only in a race of threads that submit it together, which libperseus then refuses or
+# which the second wins once the first has ended there): a set, whose add, discard and `in`
+# are each atomic under the GIL, without a lock on every call.
+_taken = set()  # the keys of the requests not collected
 # Requests dropped before they were waited for: (handle, buffers, key), released (and their
 # names freed) once done, by the next submission under another name or at exit, after
 # perseus_finalize has ended them.
 _orphans = []
-_names_lock = threading.Lock()
-
-
-def _take_name(key):
-    if key is not None:
-        with _names_lock:
-            _taken[key] = _taken.get(key, 0) + 1
+_orphans_lock = threading.Lock()
 
 
 def _free_name(key):
     if key is not None:
-        with _names_lock:
-            left = _taken.get(key, 0) - 1
-            if left > 0:
-                _taken[key] = left
-            else:
-                _taken.pop(key, None)
+        _taken.discard(key)
     return None
 
 
 def _release_finished_orphans(everything=False):
     if not _orphans or _lib is None:
         return
-    with _names_lock:
+    with _orphans_lock:
         done, running = [], []
         for orphan in _orphans:
             (done if everything or _lib.perseus_poll(orphan[0]) != 0 else running).append(orphan)
@@ -727,22 +749,34 @@ def _comm(process_set, what):
 
 def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,
                     device=DEVICE_CPU, stream=None, what="allreduce", keep=(),
-                    process_set=GLOBAL_PROCESS_SET, shape=None):
+                    process_set=GLOBAL_PROCESS_SET, shape=None, output=None, kind=Request):
     """shape (optional, every *_async call): the tensor's full shape, which negotiation checks
-    against the other ranks' (perseus_next_shape)."""
-    # _submit's work written out (no argument packing): the call a training step makes for
-    # every tensor.
-    encoded = _name(name)
-    key = _key_of(encoded, process_set)
-    comm = _comm(process_set, what)
-    _before_submit(key, what, shape)
+    against the other ranks' (perseus_next_shape). output: what the request's synchronize()
+    returns; kind: the Request class to make (a framework's handle of one request)."""
+    # _submit's and _before_submit's work written out (no argument packing, no calls for what
+    # is absent): the call a training step makes for every tensor.
+    if name is None:
+        encoded = key = None
+    else:
+        encoded = name.encode("utf-8") if isinstance(name, str) else bytes(name)
+        key = (int(process_set), encoded)
+        if key in _taken:
+            _refuse_taken_name(key, what)
+    comm = _comms.get(process_set) or _comm(process_set, what)
+    if _orphans:
+        _release_finished_orphans()
     handle = ctypes.c_void_p()
-    rc = _lib.perseus_comm_allreduce_async(comm, send, recv, count, dtype, op, float(prescale),
-                                           float(postscale), encoded, device, stream,
-                                           ctypes.byref(handle))
+    if shape is None:
+        rc = _lib.perseus_comm_allreduce_async(comm, send, recv, count, dtype, op,
+                                               float(prescale), float(postscale), encoded,
+                                               device, stream, ctypes.byref(handle))
+    else:  # the shape in the same call (perseus_next_shape's work)
+        rc = _lib.perseus_comm_allreduce_shaped_async(
+            comm, send, recv, count, dtype, op, float(prescale), float(postscale), encoded,
+            len(shape), _shape_array(shape), device, stream, ctypes.byref(handle))
     if rc < 0:
         raise error(rc, what)
-    return Request(handle.value, what, keep, key)
+    return kind(handle.value, what, keep, key, output)
 
 
 def allreduce(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,

@@ -3,7 +3,8 @@ import torch
 
 from perseus import _native
 
-_CODES = {
+# torch dtype -> libperseus's dtype code, of the dtypes libperseus reduces
+CODES = {
     torch.uint8: _native.DTYPES["uint8"],
     torch.int8: _native.DTYPES["int8"],
     torch.int16: _native.DTYPES["int16"],
@@ -19,13 +20,13 @@ _BYTES = {torch.bool: _native.DTYPES["uint8"]}
 
 
 def dtype_code(tensor, what, reduce=True):
-    code = _CODES.get(tensor.dtype)
+    code = CODES.get(tensor.dtype)
     if code is None and not reduce:
         code = _BYTES.get(tensor.dtype)
     if code is None:
         raise _native.PerseusError(
             "%s: libperseus has no element type for %s (supported: %s)"
-            % (what, tensor.dtype, ", ".join(str(t).replace("torch.", "") for t in _CODES)),
+            % (what, tensor.dtype, ", ".join(str(t).replace("torch.", "") for t in CODES)),
             _native.ERROR_INVALID_ARGUMENT)
     return code
 

@@ -97,6 +97,22 @@ class Handle:
         return self._result
 
 
+class _Single(_native.Request):
+    """The handle of an operation that is one request whose output is known when it is submitted
+    (an all-reduce of a host tensor: every async all-reduce's and DistributedOptimizer
+    gradient's): the request itself, without a Handle and a list around it. poll() and
+    synchronize() as Handle's (Request's own)."""
+
+    __slots__ = ()
+
+    @property
+    def _requests(self):
+        return (self,)
+
+    def _complete(self):
+        return self._output
+
+
 def poll(handle):
     """True when the operation behind handle is done (synchronize() then returns at once)."""
     return handle.poll()
@@ -201,11 +217,14 @@ def _host_args(send, output, op, prescale_factor, postscale_factor, set_id, what
     pre, post = float(prescale_factor), float(postscale_factor)
     if (pre != 1.0 or post != 1.0) and op == Average:
         op, post = Sum, post / _members(set_id)
-    src, count, code, _, _ = _tensors.describe(send, what)
+    code = _tensors.CODES.get(send.dtype)
+    if code is None or not send.is_contiguous():
+        _tensors.describe(send, what)  # raises what is wrong
+    src = send.data_ptr()
     if output is send:
-        return src, src, count, code, _OPS[op], pre, post, send
+        return src, src, send.numel(), code, _OPS[op], pre, post, send
     dst = _tensors.describe(output, what)[0]
-    return src, dst, count, code, _OPS[op], pre, post, (send, output)
+    return src, dst, send.numel(), code, _OPS[op], pre, post, (send, output)
 
 
 def _host_allreduce_async(send, output, name, op, prescale_factor, postscale_factor, set_id,
@@ -213,9 +232,9 @@ def _host_allreduce_async(send, output, name, op, prescale_factor, postscale_fac
     """_allreduce_async of a host tensor without the NaN check (the common case, kept short)."""
     src, dst, count, code, op_code, pre, post, keep = _host_args(
         send, output, op, prescale_factor, postscale_factor, set_id, what)
-    return Handle([_native.allreduce_async(src, dst, count, code, op_code, pre, post, name,
-                                           _native.DEVICE_CPU, None, what=what, keep=keep,
-                                           process_set=set_id, shape=send.shape)], None, output)
+    return _native.allreduce_async(src, dst, count, code, op_code, pre, post, name,
+                                   _native.DEVICE_CPU, None, what, keep, set_id, send.shape,
+                                   output, _Single)
 
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, label=None,
@@ -223,10 +242,24 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     """label: what a NaN check's error calls the tensor (default: its name); check: whether to
     check for NaN/Inf (default: PERSEUS_ALLREDUCE_NANCHECK); set_id: the libperseus process set."""
     if tensor.is_cpu and not (_grad.nancheck() if check is None else check):
-        # The common case first, before the general path's closure (its cells cost every call).
+        # The common case first, before the general path's closure (its cells cost every call),
+        # and _host_allreduce_async written out: every async all-reduce comes here.
+        what = _What("allreduce", name, tensor)
+        code = _tensors.CODES.get(tensor.dtype)
+        if (output is tensor and prescale_factor == 1.0 and postscale_factor == 1.0
+                and code is not None and tensor.is_contiguous()):
+            # In place, unscaled (allreduce_async_, every DistributedOptimizer gradient):
+            # _host_args's result without its tuple.
+            src = tensor.data_ptr()
+            return _native.allreduce_async(src, src, tensor.numel(), code, _OPS[op], 1.0, 1.0,
+                                           name, _native.DEVICE_CPU, None, what, tensor, set_id,
+                                           tensor.shape, tensor, _Single)
         send = tensor if output is tensor else tensor.contiguous()
-        return _host_allreduce_async(send, output, name, op, prescale_factor, postscale_factor,
-                                     set_id, _What("allreduce", name, tensor))
+        src, dst, count, code, op_code, pre, post, keep = _host_args(
+            send, output, op, prescale_factor, postscale_factor, set_id, what)
+        return _native.allreduce_async(src, dst, count, code, op_code, pre, post, name,
+                                       _native.DEVICE_CPU, None, what, keep, set_id, send.shape,
+                                       output, _Single)
     return _allreduce_async_general(tensor, output, name, op, prescale_factor, postscale_factor,
                                     label, check, set_id)
 
@@ -293,21 +326,30 @@ def _allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, 
     return output
 
 
+def _set_and_op(process_set, op, average):
+    """(libperseus set number, Horovod op) of a call's arguments: _set_id and _resolve_op, with
+    the common case (the global set, an op given without average) decided first."""
+    if process_set is global_process_set and average is None and op in _OPS:
+        return _native.GLOBAL_PROCESS_SET, op
+    return _set_id(process_set), _resolve_op(op, average)
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
-    set_id = _set_id(process_set)
-    op = _resolve_op(op, average)
+    set_id, op = _set_and_op(process_set, op, average)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
-                            set_id=set_id)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, None,
+                            None, set_id)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    set_id = _set_id(process_set)
-    op = _resolve_op(op, average)
-    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
-                            set_id=set_id)
+    if process_set is global_process_set and average is None and op in _OPS:
+        set_id = _native.GLOBAL_PROCESS_SET  # _set_and_op's common case, on every gradient's path
+    else:
+        set_id, op = _set_and_op(process_set, op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, None,
+                            None, set_id)
 
 
 class _Allreduce(torch.autograd.Function):
