@@ -10,6 +10,7 @@ Where the library comes from, first found wins:
 3. <repo>/build/lib/comm/libperseus.so, the build tree this package sits in;
 4. ctypes.util.find_library("perseus") (the system's library path).
 """
+import array
 import atexit
 import ctypes
 import ctypes.util
@@ -719,6 +720,18 @@ def _key_of(encoded, process_set):
     return None if encoded is None else (int(process_set), encoded)
 
 
+def _c_array(kind, code, values):
+    """A ctypes array of `kind` holding values, made through array.array(code) (whose items
+    have kind's size: checked once per pair at import)."""
+    return (kind * len(values)).from_buffer(array.array(code, values))
+
+
+for _kind, _code in ((ctypes.c_void_p, "Q"), (ctypes.c_size_t, "Q"), (ctypes.c_int, "i"),
+                     (ctypes.c_int64, "q")):
+    assert ctypes.sizeof(_kind) == array.array(_code).itemsize, (_kind, _code)
+del _kind, _code
+
+
 def _size_array(values):
     return (ctypes.c_size_t * len(values))(*values)
 
@@ -803,34 +816,41 @@ def allreduce_many_async(sends, recvs, counts, dtypes, op, prescale, postscale, 
     is submitted. On a failure in tensor i the tensors before it were submitted: their Requests
     are dropped unwaited (released once done, see Request.__del__) and the error raised."""
     n = len(sends)
-    encoded = [_name(name) for name in names]
-    keys = [_key_of(e, process_set) for e in encoded]
-    seen = set()
-    for key, what in zip(keys, whats):
-        if key is not None:
-            if key in seen:
-                detail = "the name '%s' is given twice in one group" % key[1].decode(
-                    "utf-8", "replace")
-                raise DuplicateNameError("%s failed (PERSEUS_ERROR_INVALID_ARGUMENT): %s"
-                                         % (what, detail), ERROR_INVALID_ARGUMENT, detail)
-            seen.add(key)
-            _refuse_taken_name(key, what)
+    number = int(process_set)
+    encoded = [None if name is None else name.encode("utf-8") if isinstance(name, str)
+               else bytes(name) for name in names]
+    keys = [None if e is None else (number, e) for e in encoded]
+    named = [key for key in keys if key is not None]
+    if len(set(named)) != len(named) or not _taken.isdisjoint(named):
+        seen = set()
+        for key, what in zip(keys, whats):
+            if key is not None:
+                if key in seen:
+                    detail = "the name '%s' is given twice in one group" % key[1].decode(
+                        "utf-8", "replace")
+                    raise DuplicateNameError("%s failed (PERSEUS_ERROR_INVALID_ARGUMENT): %s"
+                                             % (what, detail), ERROR_INVALID_ARGUMENT, detail)
+                seen.add(key)
+                _refuse_taken_name(key, what)
     if _orphans:
         _release_finished_orphans()
     comm = _comm(process_set, whats[0] if whats else "allreduce")
     ndims = [len(shape) for shape in shapes]
     dims = [extent for shape in shapes for extent in shape]
+    # The arrays through the array module (its conversion of a list runs in C, several times
+    # faster than ctypes's element by element), handed over as ctypes arrays on its buffers.
     handles = (ctypes.c_void_p * n)()
     rc = lib().perseus_comm_allreduce_many_async(
-        comm, n, (ctypes.c_void_p * n)(*sends), (ctypes.c_void_p * n)(*recvs),
-        (ctypes.c_size_t * n)(*counts), (ctypes.c_int * n)(*dtypes), op, float(prescale),
-        float(postscale), (ctypes.c_char_p * n)(*encoded), (ctypes.c_int * n)(*ndims),
-        (ctypes.c_int64 * max(len(dims), 1))(*dims), device, stream, handles)
+        comm, n, _c_array(ctypes.c_void_p, "Q", sends), _c_array(ctypes.c_void_p, "Q", recvs),
+        _c_array(ctypes.c_size_t, "Q", counts), _c_array(ctypes.c_int, "i", dtypes), op,
+        float(prescale), float(postscale), (ctypes.c_char_p * n)(*encoded),
+        _c_array(ctypes.c_int, "i", ndims), _c_array(ctypes.c_int64, "q", dims or [0]), device,
+        stream, handles)
     requests = []
-    for i in range(n):
-        if not handles[i]:
+    for i, handle in enumerate(handles):
+        if not handle:
             break
-        requests.append(Request(handles[i], whats[i], keeps[i], keys[i]))
+        requests.append(Request(handle, whats[i], keeps[i], keys[i]))
     if rc < 0:
         del requests  # submitted before the failure: released once the other ranks finish them
         raise error(rc, "grouped allreduce of %d tensors" % n)

@@ -125,6 +125,20 @@ def main():
             skewed[2] = skewed[2].reshape(5, 3)
         check.raises(hvd.PerseusError, lambda: hvd.grouped_allreduce(skewed, name="skewed"),
                      "a shape that differs on rank %d" % (n - 1), ["[3, 5]", "[5, 3]"])
+        # In place and asynchronously, under the same names (free again): synchronize raises
+        # once every tensor of the group has ended, the tensors that agreed are reduced, and
+        # the names are free at once for the next group.
+        inplace = [t.clone() for t in skewed]
+        handle = hvd.grouped_allreduce_async_(inplace, name="skewed", op=hvd.Sum)
+        check.raises(hvd.PerseusError, lambda: hvd.synchronize(handle),
+                     "in place, a shape that differs on rank %d" % (n - 1), ["[3, 5]", "[5, 3]"])
+        for i in range(len(SHAPES)):
+            if i != 2:
+                same(check, inplace[i], want[i], "in place, tensor %d beside the failure" % i)
+        again = [t.clone() for t in tensors]
+        hvd.synchronize(hvd.grouped_allreduce_async_(again, name="skewed", op=hvd.Sum))
+        for i in range(len(SHAPES)):
+            same(check, again[i], want[i], "the names free after the failure, tensor %d" % i)
         typed = [t.clone() for t in tensors]
         if me == n - 1:
             typed[1] = typed[1].double()

@@ -85,13 +85,26 @@ class Handle:
 
     def synchronize(self):
         if not self._done:
-            try:
+            if self._finish is None:
+                # The result needs nothing from the requests (a group's outputs): each is waited
+                # for and released in one library call, the first failure raised once every
+                # request is released.
+                failure = None
                 for r in self._requests:
-                    r.wait()
-                self._result = self._complete()
-            finally:
-                for r in self._requests:
-                    r.release()
+                    try:
+                        r.synchronize()
+                    except BaseException as e:  # noqa: B036 - raised below, after the rest
+                        failure = failure or e
+                if failure is not None:
+                    raise failure
+            else:  # finish() reads the requests' outputs (allgather): released after it
+                try:
+                    for r in self._requests:
+                        r.wait()
+                    self._result = self._finish()
+                finally:
+                    for r in self._requests:
+                        r.release()
             self._done = True
             self._finish = None
         return self._result
@@ -400,6 +413,8 @@ def _group_name(name, i):
 def _same_device(tensors, what):
     """A group's tensors must share one device, as in Horovod (checked before any is
     submitted)."""
+    if all(t.is_cpu for t in tensors):  # the common case, without a torch.device a tensor
+        return
     devices = sorted({str(t.device) for t in tensors})
     if len(devices) > 1:
         raise PerseusError("%s: the group's tensors are on %s; a group's tensors must all be on "
@@ -428,19 +443,23 @@ def _grouped_host(tensors, outputs, name, op, prescale_factor, postscale_factor,
     pre = float(prescale_factor)
     op, _, post, _ = _device_scales(tensors[0], op, pre, float(postscale_factor),
                                     lambda: _members(set_id))
-    sends, recvs, counts, codes, names, shapes, whats, keeps = [], [], [], [], [], [], [], []
-    for i, (tensor, output) in enumerate(zip(tensors, outputs)):
-        name_i = _group_name(name, i)
-        what = _What("allreduce", name_i, tensor)
-        send = tensor if output is tensor else tensor.contiguous()
-        src, dst, count, code, _, _, keep = _buffers(send, output, what)
+    names = [None] * len(tensors) if name is None else [
+        "%s.%d" % (name, i) for i in range(len(tensors))]  # _group_name's
+    whats = [_What("allreduce", n, t) for n, t in zip(names, tensors)]
+    sends, recvs, counts, codes, shapes, keeps = [], [], [], [], [], []
+    for tensor, output, what in zip(tensors, outputs, whats):
+        code = _tensors.CODES.get(tensor.dtype)
+        if output is tensor and code is not None and tensor.is_contiguous():
+            src = dst = tensor.data_ptr()  # in place: _buffers's result, written out
+            keep = tensor
+        else:
+            send = tensor if output is tensor else tensor.contiguous()
+            src, dst, _, code, _, _, keep = _buffers(send, output, what)
         sends.append(src)
         recvs.append(dst)
-        counts.append(count)
+        counts.append(tensor.numel())
         codes.append(code)
-        names.append(name_i)
-        shapes.append(send.shape)
-        whats.append(what)
+        shapes.append(tensor.shape)
         keeps.append(keep)
     requests = _native.allreduce_many_async(sends, recvs, counts, codes, _OPS[op], pre, post,
                                             names, shapes, whats, keeps, process_set=set_id)
