@@ -337,9 +337,11 @@ RankMessage decode(std::string_view bytes, int from, int ranks) {
   return m;
 }
 
-Negotiator::Negotiator(int rank, int size)
+Negotiator::Negotiator(int rank, int size, size_t cache_descriptors)
     : rank_(rank),
       size_(size),
+      cache_capacity_(
+          std::max<size_t>(64, cache_descriptors / static_cast<size_t>(std::max(size, 1)))),
       joined_(static_cast<size_t>(size), false),
       waiting_(static_cast<size_t>(size), false) {
   std::vector<int> everyone(static_cast<size_t>(size));
@@ -585,9 +587,9 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
       for (uint64_t r : first->counts) ranks.push_back(static_cast<int>(r));
       sets_.push_back(std::move(ranks));
     }
-    if (agreed.error.empty() && !any_joined && first->kind != OpKind::kAddProcessSet) {
-      cached_by_name_[agreed.name] = static_cast<uint32_t>(cache_.size());
-      cache_.push_back(agreed.per_rank);
+    if (agreed.error.empty() && !any_joined && first->kind != OpKind::kAddProcessSet &&
+        agreed.name.find(".noname.") == std::string::npos) {
+      remember(agreed);
     }
     cycle.ready.push_back(std::move(agreed));
     pending_.erase(it);
@@ -602,6 +604,21 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
     last_activity_ = now;
   }
   return cycle;
+}
+
+void Negotiator::remember(const Agreed &agreed) {
+  const auto found = cached_by_name_.find(agreed.name);
+  if (found != cached_by_name_.end()) {
+    std::vector<Descriptor> &entry = cache_[found->second];
+    if (entry != agreed.per_rank) entry = agreed.per_rank;  // agreed with other arguments
+    return;
+  }
+  if (cache_.size() >= cache_capacity_) {
+    cache_.clear();
+    cached_by_name_.clear();
+  }
+  cached_by_name_.emplace(agreed.name, static_cast<uint32_t>(cache_.size()));
+  cache_.push_back(agreed.per_rank);
 }
 
 Stall Negotiator::describe(const std::pair<const std::string, Pending> &entry,

@@ -83,7 +83,10 @@ int index_of(const std::vector<int> &members, int rank);
 
 class Negotiator {
  public:
-  Negotiator(int rank, int size);
+  // The agreed-descriptor cache holds at most cache_descriptors descriptors over all its
+  // entries (an entry is one per rank): at most cache_descriptors / size names, at least 64.
+  static constexpr size_t kCacheDescriptors = size_t{1} << 17;
+  Negotiator(int rank, int size, size_t cache_descriptors = kCacheDescriptors);
 
   // The message for this cycle announcing `local` (this rank's new submissions, in the order
   // they were made), with agreed descriptors replaced by their numbers.
@@ -124,7 +127,9 @@ class Negotiator {
   // The ranks of a process set (0: every rank), in increasing order; the set must exist.
   const std::vector<int> &members(int set) const;
   size_t process_sets() const { return sets_.size(); }
+  // Entries in the agreed-descriptor cache, and how many it may hold.
   size_t cached() const { return cache_.size(); }
+  size_t cache_capacity() const { return cache_capacity_; }
   bool joined(int rank) const { return joined_[static_cast<size_t>(rank)]; }
 
  private:
@@ -133,6 +138,8 @@ class Negotiator {
     uint64_t order = 0;  // first sighting, in the global (rank-ordered) announcement sequence
     std::chrono::steady_clock::time_point first_seen;
   };
+  // Caches an agreement, successful and without joined ranks (see cache_).
+  void remember(const Agreed &agreed);
   void announce(int rank, const Descriptor &descriptor, Cycle &cycle,
                 std::chrono::steady_clock::time_point now);
   std::string check(const Agreed &agreed) const;
@@ -147,9 +154,16 @@ class Negotiator {
   int size_;
   std::map<std::string, Pending> pending_;
   uint64_t next_order_ = 0;
-  // Agreed descriptors, numbered in agreement order: cache_[n][r] is rank r's descriptor.
+  // Agreed descriptors by number: cache_[n][r] is rank r's descriptor of the name numbered n.
+  // A name keeps its number while cached; agreed again with other arguments, its entry is
+  // replaced. A new name gets the next number; when the cache is full it is emptied first
+  // and the numbers start again (every rank agrees on the same operations in the same order,
+  // so every rank's cache stays the same). Unnamed operations ("<op>.noname.<n>", never
+  // submitted twice) are not cached. Without these bounds a long job grew it by an entry an
+  // operation.
   std::vector<std::vector<Descriptor>> cache_;
-  std::map<std::string, uint32_t> cached_by_name_;  // the newest number of each name
+  std::map<std::string, uint32_t> cached_by_name_;
+  size_t cache_capacity_;
   std::vector<bool> joined_;
   std::vector<bool> waiting_;  // each rank's RankMessage::waiting of the last cycle
   // The last cycle in which a rank submitted or joined, rank 0 cancelled, or something became

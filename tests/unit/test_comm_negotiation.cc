@@ -285,8 +285,8 @@ TEST_CASE("negotiation: decode refuses lengths over the caps before allocating")
 // Several simulated ranks, each with its own Negotiator. A cycle: every rank's outgoing message
 // (through the wire format), then every Negotiator receives all of them.
 struct Ranks {
-  explicit Ranks(int n) : size(n) {
-    for (int r = 0; r < n; ++r) negotiators.emplace_back(r, n);
+  explicit Ranks(int n, size_t cache_descriptors = Negotiator::kCacheDescriptors) : size(n) {
+    for (int r = 0; r < n; ++r) negotiators.emplace_back(r, n, cache_descriptors);
   }
 
   struct Plan {
@@ -444,9 +444,10 @@ TEST_CASE("negotiator: the cached path sends numbers; an unknown number is refus
   REQUIRE(cycle.ready.size() == 2);
   CHECK(cycle.ready[0].per_rank[2] == allreduce("w", 10));
   CHECK(cycle.ready[1].per_rank[0] == broadcast("b", 1));
-  CHECK(ranks.negotiators[0].cached() == 4);  // agreed again, numbered anew
+  CHECK(ranks.negotiators[0].cached() == 2);  // agreed again: the same entries, no new ones
 
-  // A changed descriptor of a cached name goes in full.
+  // A changed descriptor of a cached name goes in full, and replaces the name's entry under
+  // its number: the next time the changed one goes as that number.
   p = ranks.plan();
   for (auto &local : p.local) local = {allreduce("w", 11)};
   const auto changed = ranks.messages(p);
@@ -456,6 +457,15 @@ TEST_CASE("negotiator: the cached path sends numbers; an unknown number is refus
     CHECK(m.fresh[0].count == 11);
   }
   CHECK(ranks.deliver(changed, Clock::now()).ready.size() == 1);
+  CHECK(ranks.negotiators[0].cached() == 2);
+  const auto again = ranks.messages(p);
+  for (const auto &m : again) {
+    CHECK(m.fresh.empty());
+    CHECK(m.cached == std::vector<uint32_t>{0});
+  }
+  const auto replaced = ranks.deliver(again, Clock::now());
+  REQUIRE(replaced.ready.size() == 1);
+  CHECK(replaced.ready[0].per_rank[1].count == 11);
 
   // A number nobody agreed on is a broken peer.
   std::vector<RankMessage> bad(3);
@@ -492,6 +502,46 @@ Descriptor scaled(Descriptor d, double prescale, double postscale) {
 Descriptor on_device(Descriptor d) {
   d.device = 0;
   return d;
+}
+
+TEST_CASE("negotiator: the cache stays bounded over a long job, alike on every rank") {
+  // Capacity 64 names at 3 ranks (the least it takes).
+  Ranks ranks(3, 3);
+  REQUIRE(ranks.negotiators[0].cache_capacity() == 64);
+  auto p = ranks.plan();
+  // A training loop: the same named tensors every step, for many steps, plus an unnamed call
+  // a step (a new name each time: never cached).
+  for (int step = 0; step < 500; ++step) {
+    const std::string unnamed = "allreduce.noname." + std::to_string(step);
+    for (auto &local : p.local) local = {allreduce("g.0"), allreduce("g.1", 7), allreduce(unnamed)};
+    const auto messages = ranks.messages(p);
+    if (step > 0) {
+      for (const auto &m : messages) CHECK(m.cached == std::vector<uint32_t>{0, 1});
+    }
+    CHECK(ranks.deliver(messages, Clock::now()).ready.size() == 3);
+  }
+  CHECK(ranks.negotiators[0].cached() == 2);
+
+  // More names than it holds: full at 64, emptied for the 65th, numbered again from 0 on every
+  // rank (deliver checks that every rank's cache has as many entries as rank 0's).
+  for (int i = 2; i < 64; ++i) {
+    for (auto &local : p.local) local = {allreduce("n." + std::to_string(i))};
+    CHECK(ranks.cycle(p).ready.size() == 1);
+  }
+  CHECK(ranks.negotiators[0].cached() == 64);
+  for (auto &local : p.local) local = {allreduce("n.64")};
+  CHECK(ranks.cycle(p).ready.size() == 1);
+  CHECK(ranks.negotiators[0].cached() == 1);
+  // A name cached before the emptying goes in full again, then as its new number.
+  for (auto &local : p.local) local = {allreduce("g.1", 7)};
+  for (const auto &m : ranks.messages(p)) CHECK(m.fresh.size() == 1);
+  CHECK(ranks.cycle(p).ready.size() == 1);
+  const auto messages = ranks.messages(p);
+  for (const auto &m : messages) CHECK(m.cached == std::vector<uint32_t>{1});
+  const auto cycle = ranks.deliver(messages, Clock::now());
+  REQUIRE(cycle.ready.size() == 1);
+  CHECK(cycle.ready[0].name == "g.1");
+  CHECK(cycle.ready[0].per_rank[2].count == 7);
 }
 
 TEST_CASE("negotiator: mismatched arguments fail naming the ranks and values") {
