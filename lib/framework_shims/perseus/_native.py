@@ -817,8 +817,7 @@ def allreduce_many_async(sends, recvs, counts, dtypes, op, prescale, postscale, 
     are dropped unwaited (released once done, see Request.__del__) and the error raised."""
     n = len(sends)
     number = int(process_set)
-    encoded = [None if name is None else name.encode("utf-8") if isinstance(name, str)
-               else bytes(name) for name in names]
+    encoded = [_name(name) for name in names]
     keys = [None if e is None else (number, e) for e in encoded]
     named = [key for key in keys if key is not None]
     if len(set(named)) != len(named) or not _taken.isdisjoint(named):

@@ -255,8 +255,8 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     """label: what a NaN check's error calls the tensor (default: its name); check: whether to
     check for NaN/Inf (default: PERSEUS_ALLREDUCE_NANCHECK); set_id: the libperseus process set."""
     if tensor.is_cpu and not (_grad.nancheck() if check is None else check):
-        # The common case first, before the general path's closure (its cells cost every call),
-        # and _host_allreduce_async written out: every async all-reduce comes here.
+        # The common case first, before the general path's closure (its cells cost every call):
+        # every async all-reduce comes here.
         what = _What("allreduce", name, tensor)
         code = _tensors.CODES.get(tensor.dtype)
         if (output is tensor and prescale_factor == 1.0 and postscale_factor == 1.0
@@ -268,11 +268,8 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
                                            name, _native.DEVICE_CPU, None, what, tensor, set_id,
                                            tensor.shape, tensor, _Single)
         send = tensor if output is tensor else tensor.contiguous()
-        src, dst, count, code, op_code, pre, post, keep = _host_args(
-            send, output, op, prescale_factor, postscale_factor, set_id, what)
-        return _native.allreduce_async(src, dst, count, code, op_code, pre, post, name,
-                                       _native.DEVICE_CPU, None, what, keep, set_id, send.shape,
-                                       output, _Single)
+        return _host_allreduce_async(send, output, name, op, prescale_factor, postscale_factor,
+                                     set_id, what)
     return _allreduce_async_general(tensor, output, name, op, prescale_factor, postscale_factor,
                                     label, check, set_id)
 
@@ -357,10 +354,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    if process_set is global_process_set and average is None and op in _OPS:
-        set_id = _native.GLOBAL_PROCESS_SET  # _set_and_op's common case, on every gradient's path
-    else:
-        set_id, op = _set_and_op(process_set, op, average)
+    set_id, op = _set_and_op(process_set, op, average)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, None,
                             None, set_id)
 
@@ -443,8 +437,7 @@ def _grouped_host(tensors, outputs, name, op, prescale_factor, postscale_factor,
     pre = float(prescale_factor)
     op, _, post, _ = _device_scales(tensors[0], op, pre, float(postscale_factor),
                                     lambda: _members(set_id))
-    names = [None] * len(tensors) if name is None else [
-        "%s.%d" % (name, i) for i in range(len(tensors))]  # _group_name's
+    names = [_group_name(name, i) for i in range(len(tensors))]
     whats = [_What("allreduce", n, t) for n, t in zip(names, tensors)]
     sends, recvs, counts, codes, shapes, keeps = [], [], [], [], [], []
     for tensor, output, what in zip(tensors, outputs, whats):
