@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <optional>
 
 #include <unistd.h>
 
@@ -129,7 +127,7 @@ std::string Engine::unnamed(OpKind kind, int set) {
     std::lock_guard lock(mutex_);
     n = unnamed_[{static_cast<int>(kind), set}]++;
   }
-  return std::string(name_of(kind)) + ".noname." + std::to_string(n);
+  return unnamed_name(kind, n);
 }
 
 void Engine::submit(const std::shared_ptr<Request> &request) {
@@ -775,27 +773,6 @@ bool Engine::waiting_for_others() {
   });
   return waiting_;
 }
-
-namespace {
-
-// "<kind>.noname.<n>" (with its process set's suffix): n; nullopt for any other name.
-std::optional<uint64_t> unnamed_number(const std::string &name, OpKind kind, int set) {
-  std::string suffix;
-  if (set != 0) suffix = " [process set " + std::to_string(set) + "]";
-  const std::string prefix = std::string(name_of(kind)) + ".noname.";
-  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return std::nullopt;
-  }
-  const char *first = name.data() + prefix.size();
-  const char *last = name.data() + name.size() - suffix.size();
-  uint64_t n = 0;
-  const auto [at, ec] = std::from_chars(first, last, n);
-  if (ec != std::errc() || at != last) return std::nullopt;
-  return n;
-}
-
-}  // namespace
 
 void Engine::fail_cancelled(const Negotiator::Cycle &agreed) {
   if (agreed.cancelled.empty()) return;

@@ -588,7 +588,7 @@ Negotiator::Cycle Negotiator::receive(const std::vector<RankMessage> &messages,
       sets_.push_back(std::move(ranks));
     }
     if (agreed.error.empty() && !any_joined && first->kind != OpKind::kAddProcessSet &&
-        agreed.name.find(".noname.") == std::string::npos) {
+        !unnamed_number(agreed.name, first->kind, first->process_set)) {
       remember(agreed);
     }
     cycle.ready.push_back(std::move(agreed));

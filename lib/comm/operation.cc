@@ -1,11 +1,14 @@
 #include "lib/comm/operation.h"
 
 #include <array>
+#include <charconv>
 #include <thread>
 
 namespace perseus::comm {
 
 namespace {
+
+constexpr std::string_view kUnnamed = ".noname.";  // in unnamed operations' names
 
 // Threads in Request::wait() or wait_quietly(), over every request of the process.
 std::atomic<int> g_threads_waiting{0};
@@ -29,6 +32,29 @@ class Waiting {
 };
 
 }  // namespace
+
+std::string unnamed_name(OpKind kind, uint64_t n) {
+  return std::string(name_of(kind)).append(kUnnamed) + std::to_string(n);
+}
+
+std::string process_set_suffix(int set) {
+  return set == 0 ? std::string() : " [process set " + std::to_string(set) + "]";
+}
+
+std::optional<uint64_t> unnamed_number(std::string_view name, OpKind kind, int set) {
+  const std::string prefix = std::string(name_of(kind)).append(kUnnamed);
+  const std::string suffix = process_set_suffix(set);
+  if (name.size() <= prefix.size() + suffix.size() || name.substr(0, prefix.size()) != prefix ||
+      name.substr(name.size() - suffix.size()) != suffix) {
+    return std::nullopt;
+  }
+  const char *first = name.data() + prefix.size();
+  const char *last = name.data() + name.size() - suffix.size();
+  uint64_t n = 0;
+  const auto [at, ec] = std::from_chars(first, last, n);
+  if (ec != std::errc() || at != last) return std::nullopt;
+  return n;
+}
 
 int threads_waiting() { return g_threads_waiting.load(std::memory_order_acquire); }
 

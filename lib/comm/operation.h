@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lib/comm/error.h"
@@ -31,6 +33,15 @@ enum class OpKind : uint8_t {
 constexpr int kOpKinds = 8;
 
 const char *name_of(OpKind kind);  // op_traits.cc
+
+// Names libperseus gives operations. An unnamed one is "<kind>.noname.<n>", n counting this
+// process's unnamed operations of that kind in that process set (Engine::unnamed); an operation
+// in a process set other than 0 has " [process set <set>]" appended to its name (names are per
+// set). unnamed_number reads n back from a full name; nullopt for any other name (a user's name
+// that merely contains ".noname." included).
+std::string unnamed_name(OpKind kind, uint64_t n);
+std::string process_set_suffix(int set);
+std::optional<uint64_t> unnamed_number(std::string_view name, OpKind kind, int set);
 
 // How many threads of this process wait in Request::wait() or wait_quietly() now, on any request.
 int threads_waiting();

@@ -699,7 +699,7 @@ void Runtime::check_set(int process_set, Request &request) {
 
 // Names are per process set: the same name may run in two sets at once.
 void Runtime::qualify(Request &request, int process_set) {
-  if (process_set != 0) request.what.name += " [process set " + std::to_string(process_set) + "]";
+  request.what.name += process_set_suffix(process_set);
 }
 
 void Runtime::barrier(int process_set) {

@@ -521,10 +521,16 @@ TEST_CASE("negotiator: the cache stays bounded over a long job, alike on every r
     CHECK(ranks.deliver(messages, Clock::now()).ready.size() == 3);
   }
   CHECK(ranks.negotiators[0].cached() == 2);
+  // A user's name that only contains ".noname." is cached like any other.
+  for (auto &local : p.local) local = {allreduce("layer.noname.3")};
+  CHECK(ranks.cycle(p).ready.size() == 1);
+  CHECK(ranks.negotiators[0].cached() == 3);
+  for (const auto &m : ranks.messages(p)) CHECK(m.cached == std::vector<uint32_t>{2});
+  CHECK(ranks.cycle(p).ready.size() == 1);
 
   // More names than it holds: full at 64, emptied for the 65th, numbered again from 0 on every
   // rank (deliver checks that every rank's cache has as many entries as rank 0's).
-  for (int i = 2; i < 64; ++i) {
+  for (int i = 3; i < 64; ++i) {
     for (auto &local : p.local) local = {allreduce("n." + std::to_string(i))};
     CHECK(ranks.cycle(p).ready.size() == 1);
   }

@@ -55,5 +55,26 @@ TEST_CASE("a request done before anyone waits returns at once, uncounted") {
   CHECK(request.done());
 }
 
+TEST_CASE("unnamed operations' names are read back only from libperseus's own format") {
+  CHECK(unnamed_name(OpKind::kAllreduce, 7) == "allreduce.noname.7");
+  CHECK(process_set_suffix(0).empty());
+  CHECK(process_set_suffix(3) == " [process set 3]");
+  CHECK(unnamed_number("allreduce.noname.7", OpKind::kAllreduce, 0) == 7u);
+  CHECK(unnamed_number(
+            unnamed_name(OpKind::kBroadcast, 18446744073709551615u) + process_set_suffix(2),
+            OpKind::kBroadcast, 2) == 18446744073709551615u);
+  // Another kind or set, a missing or extra suffix, a number that is not one: not unnamed.
+  CHECK_FALSE(unnamed_number("allreduce.noname.7", OpKind::kBroadcast, 0));
+  CHECK_FALSE(unnamed_number("allreduce.noname.7 [process set 2]", OpKind::kAllreduce, 0));
+  CHECK_FALSE(unnamed_number("allreduce.noname.7 [process set 2]", OpKind::kAllreduce, 3));
+  CHECK_FALSE(unnamed_number("allreduce.noname.7", OpKind::kAllreduce, 2));
+  CHECK_FALSE(unnamed_number("allreduce.noname.", OpKind::kAllreduce, 0));
+  CHECK_FALSE(unnamed_number("allreduce.noname.7x", OpKind::kAllreduce, 0));
+  CHECK_FALSE(unnamed_number("allreduce.noname.-1", OpKind::kAllreduce, 0));
+  CHECK_FALSE(unnamed_number("allreduce.noname.18446744073709551616", OpKind::kAllreduce, 0));
+  CHECK_FALSE(unnamed_number("layer.noname.7", OpKind::kAllreduce, 0));
+  CHECK_FALSE(unnamed_number("x.allreduce.noname.7", OpKind::kAllreduce, 0));
+}
+
 }  // namespace
 }  // namespace perseus::comm
