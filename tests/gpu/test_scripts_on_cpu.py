@@ -74,6 +74,20 @@ def test_ops_script_one_rank():
     assert re.search(r"# total: \d+ passed, 0 failed -> PASS", proc.stdout), show(proc)
 
 
+def test_torch_script_one_rank():
+    # Every group of the CUDA script (Horovod's API, process sets, DistributedOptimizer,
+    # SyncBatchNorm, compression, the NaN check, `import perseus` DDP) on host tensors.
+    proc = run(["-np", "1", "-H", "localhost:1", PYTHON, "tests/gpu/torch_gpu_test.py", "--cpu"])
+    assert proc.returncode == 0, show(proc)
+    groups = dict(re.findall(r"^\[1,0\]<stdout>:(\w+) +(\d+) passed, 0 failed", proc.stdout,
+                             re.M))
+    assert sorted(groups) == sorted(["ops", "procset", "optimizer", "syncbn", "compress",
+                                     "nancheck", "ddp"]), show(proc)
+    assert all(int(n) > 0 for n in groups.values()), show(proc)
+    assert re.search(r"^\[1,0\]<stdout>:torch_gpu: \d+ checks passed$", proc.stdout, re.M), \
+        show(proc)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_conformance_script(n):
     # Every op x dtype x size x dimensions against torch, on host tensors here.

@@ -19,6 +19,10 @@ With one rank every collective's result is known from the input alone. Groups:
              DistributedOptimizer submits float16 (nothing on one rank: no hooks there)
   nancheck   PERSEUS_ALLREDUCE_NANCHECK=1 names the tensor (allreduce), the parameter
              (DistributedOptimizer) and the bucket (DDP)
+  procset    a process set of this rank alone: allreduce (sync, async, in place and not, Sum and
+             Average, float32/float16/int64, a 3-D odd shape), grouped_allreduce, allgather,
+             broadcast, alltoall, reducescatter in it = the global set's results, on the
+             tensor's device (a CUDA tensor in a process set goes through host memory)
   ddp        `import perseus` + DistributedDataParallel on CUDA (nccl process group): the
              hook ran (perseus.ddp_stats()), parameters = one process; with
              PERSEUS_ALLREDUCE_DTYPE=fp16 every bucket went as float16
@@ -47,18 +51,22 @@ from common import Checks  # noqa: E402
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.uint8, torch.int8, torch.int32, torch.int64]
-submitted = []  # (name, dtype code, prescale, postscale, device) of every allreduce_async
-_original = _native.allreduce_async
+# (name, dtype code, prescale, postscale, device) of every all-reduce handed to libperseus:
+# _native.allreduce_async, and _native.allreduce (a blocking host all-reduce is one call).
+submitted = []
 
 
-def _spy(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None, device=-1,
-         *rest, **kwargs):
-    submitted.append((name, dtype, prescale, postscale, device))
-    return _original(send, recv, count, dtype, op, prescale, postscale, name, device, *rest,
-                     **kwargs)
+def _spy(original):
+    def spy(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None, device=-1,
+            *rest, **kwargs):
+        submitted.append((name, dtype, prescale, postscale, device))
+        return original(send, recv, count, dtype, op, prescale, postscale, name, device, *rest,
+                        **kwargs)
+    return spy
 
 
-_native.allreduce_async = _spy
+_native.allreduce_async = _spy(_native.allreduce_async)
+_native.allreduce = _spy(_native.allreduce)
 
 
 def data(shape, dtype, dev, salt=0):
@@ -180,6 +188,61 @@ def group_ops(check, dev):
     for i in range(3):
         check.close(copies[i], ts[i] * 2, "grouped_allreduce_ postscale %d" % i)
     hvd.barrier()
+
+
+def group_procset(check, dev):
+    # libperseus's process sets move host memory, so on CUDA each of these is staged through a
+    # CPU copy (ops._staged): the results must equal the global set's and come back on dev.
+    ps = hvd.add_process_set([0])
+    on_dev = lambda t: t.device.type == dev.type  # noqa: E731
+    try:
+        for dtype in (torch.float32, torch.float16, torch.int64):
+            x = data((3, 5, 7), dtype, dev, 20)
+            for op in (hvd.Sum, hvd.Average) if dtype.is_floating_point else (hvd.Sum,):
+                what = "process set %s op %d" % (dtype, op)
+                ref = hvd.allreduce(x, op=op, name="ps.ref.%s.%d" % (dtype, op))
+                out = hvd.allreduce(x, op=op, name="ps.ar.%s.%d" % (dtype, op), process_set=ps)
+                check.close(out, ref, "allreduce " + what, rtol=0, atol=0)
+                check(on_dev(out) and out.shape == x.shape, "allreduce %s on %s" % (what, dev))
+                y = x.clone()
+                check(hvd.allreduce_(y, op=op, process_set=ps) is y, "allreduce_ " + what)
+                check.close(y, ref, "allreduce_ " + what, rtol=0, atol=0)
+                h = hvd.allreduce_async(x, op=op, name="ps.async.%s.%d" % (dtype, op),
+                                        process_set=ps)
+                out = hvd.synchronize(h)
+                check.close(out, ref, "allreduce_async " + what, rtol=0, atol=0)
+                check(on_dev(out), "allreduce_async %s on %s" % (what, dev))
+                y = x.clone()
+                h = hvd.allreduce_async_(y, op=op, process_set=ps)
+                check(hvd.synchronize(h) is y, "allreduce_async_ %s returns its tensor" % what)
+                check.close(y, ref, "allreduce_async_ " + what, rtol=0, atol=0)
+            check.close(x, data((3, 5, 7), dtype, dev, 20), "process set %s: input unchanged"
+                        % dtype, rtol=0, atol=0)
+        scaled = hvd.allreduce(data((9,), torch.float32, dev, 21), op=hvd.Sum,
+                               prescale_factor=2.0, postscale_factor=0.25, process_set=ps)
+        check.close(scaled, data((9,), torch.float32, dev, 21) * 0.5,
+                    "process set prescale/postscale", rtol=1e-6)
+        ts = [data((i + 2, 3), torch.float32, dev, 22 + i) for i in range(3)]
+        outs = hvd.grouped_allreduce(ts, op=hvd.Sum, name="ps.grouped", process_set=ps)
+        for i in range(3):
+            check.close(outs[i], ts[i], "process set grouped_allreduce %d" % i)
+            check(on_dev(outs[i]), "process set grouped_allreduce %d on %s" % (i, dev))
+        t = data((4, 3), torch.int32, dev, 25)
+        out = hvd.allgather(t, name="ps.ag", process_set=ps)
+        check.close(out, t, "process set allgather", rtol=0, atol=0)
+        check(on_dev(out), "process set allgather on %s" % dev)
+        v = data((2, 3, 5), torch.float64, dev, 26)
+        w = torch.zeros_like(v) if ps.rank() != 0 else v.clone()
+        hvd.broadcast_(w, 0, name="ps.bc_", process_set=ps)
+        check.close(w, v, "process set broadcast_", rtol=0, atol=0)
+        out = hvd.alltoall(v, name="ps.a2a", process_set=ps)
+        check.close(out, v, "process set alltoall", rtol=0, atol=0)
+        check(on_dev(out), "process set alltoall on %s" % dev)
+        out = hvd.reducescatter(v, op=hvd.Sum, name="ps.rs", process_set=ps)
+        check.close(out, v, "process set reducescatter", rtol=0, atol=0)
+        check(on_dev(out), "process set reducescatter on %s" % dev)
+    finally:
+        hvd.remove_process_set(ps)
 
 
 def group_optimizer(check, dev):
@@ -356,7 +419,8 @@ def main():
             dev, torch.cuda.get_device_name(dev), torch.__version__, _native.library_path()),
             flush=True)
     check(hvd.size() == 1, "one rank (this script's references assume it)")
-    for name, fn in (("ops", group_ops), ("optimizer", group_optimizer),
+    for name, fn in (("ops", group_ops), ("procset", group_procset),
+                     ("optimizer", group_optimizer),
                      ("syncbn", group_syncbn), ("compress", group_compress),
                      ("nancheck", group_nancheck), ("ddp", group_ddp)):
         failed, passed = len(check.failed), check.passed
