@@ -723,17 +723,30 @@ PERSEUS_API int perseus_comm_allreduce_async(perseus_comm_t *comm, const void *s
   });
 }
 
-PERSEUS_API int perseus_comm_allreduce_shaped_async(perseus_comm_t *comm, const void *send,
-                                                    void *recv, size_t count, int dtype, int op,
-                                                    double prescale, double postscale,
-                                                    const char *name, int ndims,
-                                                    const int64_t *dims, int device, void *stream,
-                                                    perseus_request_t **request) {
-  return with_runtime("perseus_comm_allreduce_shaped_async", name, [&](Runtime &r) {
+PERSEUS_API int perseus_comm_allreduce_submit(perseus_comm_t *comm,
+                                              const perseus_allreduce_args_t *args,
+                                              const char *name, perseus_request_t **request) {
+  return with_runtime("perseus_comm_allreduce_submit", name, [&](Runtime &r) {
     require_out(request);
-    perseus::comm::set_next_shape(dims, ndims);
-    return hand_out(r.allreduce(send, recv, count, dtype, op, prescale, postscale, name, device,
-                                stream, set_of(comm)),
+    using perseus::comm::Code;
+    using perseus::comm::Error;
+    if (!args) throw Error(Code::kInvalidArgument, "args is NULL");
+    // Copied out whole first: the caller's buffer need not be aligned (a Python bytes object).
+    uint32_t size = 0;
+    std::memcpy(&size, args, sizeof size);
+    if (size != sizeof(perseus_allreduce_args_t)) {
+      throw Error(Code::kInvalidArgument,
+                  "args->size is " + std::to_string(size) + ", but this libperseus's " +
+                      "perseus_allreduce_args_t is " +
+                      std::to_string(sizeof(perseus_allreduce_args_t)) +
+                      " bytes: set it to sizeof(perseus_allreduce_args_t) (from the perseus.h " +
+                      "of the libperseus that is loaded)");
+    }
+    perseus_allreduce_args_t a;
+    std::memcpy(&a, args, sizeof a);
+    if (a.ndims != -1) perseus::comm::set_next_shape(a.dims, a.ndims);
+    return hand_out(r.allreduce(a.send, a.recv, a.count, a.dtype, a.op, a.prescale, a.postscale,
+                                name, a.device, a.stream, set_of(comm)),
                     request);
   });
 }

@@ -140,25 +140,54 @@ static void check_communicators(int last_set) {
       } else {
         expect(rc == PERSEUS_SUCCESS, "a communicator of one agrees with itself");
       }
-      /* The shaped asynchronous call and perseus_wait_release: the same result, the shape
+      /* perseus_comm_allreduce_submit and perseus_wait_release: the same result, the shape
        * checked as perseus_next_shape's (a 3-D shape that disagrees in its last two extents,
-       * the same count, refused on every member), a bad shape refused before anything is
-       * submitted, and a failure's message kept after the request is freed. */
+       * the same count, refused on every member), a bad shape or a struct of another size
+       * refused before anything is submitted, ndims -1 meaning no shape, and a failure's
+       * message kept after the request is freed. */
       {
         int64_t cube[3] = {1, 2, 3}, turned[3] = {1, 3, 2}, negative[2] = {-2, -3};
+        perseus_allreduce_args_t args;
+        memset(&args, 0, sizeof args);
+        args.size = sizeof args;
+        args.dtype = PERSEUS_FLOAT32;
+        args.op = PERSEUS_SUM;
+        args.device = PERSEUS_DEVICE_CPU;
+        args.send = v;
+        args.recv = v;
+        args.count = 6;
+        args.prescale = 1.0;
+        args.postscale = 1.0;
+        args.dims = cube;
+        args.ndims = 3;
         for (i = 0; i < 6; ++i) v[i] = (float)(g_rank + 1) * (float)(i + 1);
-        check(perseus_comm_allreduce_shaped_async(evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0,
-                                                  1.0, "comm.shaped", 3, cube, PERSEUS_DEVICE_CPU,
-                                                  NULL, &req),
-              "perseus_comm_allreduce_shaped_async");
+        check(perseus_comm_allreduce_submit(evens, &args, "comm.submit", &req),
+              "perseus_comm_allreduce_submit");
         check(perseus_wait_release(req), "perseus_wait_release");
         for (i = 0; i < 6; ++i) {
-          expect(v[i] == want * (float)(i + 1), "the shaped all-reduce in a communicator");
+          expect(v[i] == want * (float)(i + 1), "the submitted all-reduce in a communicator");
         }
-        check(perseus_comm_allreduce_shaped_async(
-                  evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0, "comm.shaped.skew", 3,
-                  index == 0 && n > 1 ? turned : cube, PERSEUS_DEVICE_CPU, NULL, &req),
-              "perseus_comm_allreduce_shaped_async (skewed)");
+        /* Postscale and Average from the struct; no shape (ndims -1, dims ignored). */
+        for (i = 0; i < 6; ++i) v[i] = (float)(g_rank + 1) * (float)(i + 1);
+        args.op = PERSEUS_AVERAGE;
+        args.postscale = 2.0;
+        args.dims = negative;
+        args.ndims = -1;
+        check(perseus_comm_allreduce_submit(evens, &args, "comm.submit.avg", &req),
+              "perseus_comm_allreduce_submit (average, no shape)");
+        check(perseus_wait_release(req), "perseus_wait_release (average)");
+        for (i = 0; i < 6; ++i) {
+          const float expected = 2.0f * want / (float)n * (float)(i + 1);
+          expect(v[i] - expected < 1e-5f * expected && expected - v[i] < 1e-5f * expected,
+                 "the average, postscaled, in a communicator");
+        }
+        for (i = 0; i < 6; ++i) v[i] = (float)(g_rank + 1) * (float)(i + 1);
+        args.op = PERSEUS_SUM;
+        args.postscale = 1.0;
+        args.dims = index == 0 && n > 1 ? turned : cube;
+        args.ndims = 3;
+        check(perseus_comm_allreduce_submit(evens, &args, "comm.submit.skew", &req),
+              "perseus_comm_allreduce_submit (skewed)");
         rc = perseus_wait_release(req);
         if (n > 1) {
           expect(rc == PERSEUS_ERROR_INVALID_ARGUMENT, "skewed 3-D shapes refused on every member");
@@ -169,23 +198,34 @@ static void check_communicators(int last_set) {
           expect(rc == PERSEUS_SUCCESS, "one member's shape agrees with itself");
         }
         req = (perseus_request_t *)&x; /* must be set to NULL by a refused call */
-        expect(perseus_comm_allreduce_shaped_async(
-                   evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0, "comm.shaped.bad", 2,
-                   negative, PERSEUS_DEVICE_CPU, NULL, &req) == PERSEUS_ERROR_INVALID_ARGUMENT &&
+        args.dims = negative;
+        args.ndims = 2;
+        expect(perseus_comm_allreduce_submit(evens, &args, "comm.submit.bad", &req) ==
+                       PERSEUS_ERROR_INVALID_ARGUMENT &&
                    req == NULL,
                "a negative extent refused, nothing submitted");
-        expect(strstr(perseus_last_error(), "perseus_comm_allreduce_shaped_async") != NULL &&
+        expect(strstr(perseus_last_error(), "perseus_comm_allreduce_submit") != NULL &&
                    strstr(perseus_last_error(), "is negative") != NULL,
                "that refusal names the call and the extent");
-        expect(perseus_comm_allreduce_shaped_async(
-                   evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0, "comm.shaped.bad", 2,
-                   cube, PERSEUS_DEVICE_CPU, NULL, &req) == PERSEUS_ERROR_INVALID_ARGUMENT,
+        args.dims = cube;
+        expect(perseus_comm_allreduce_submit(evens, &args, "comm.submit.bad", &req) ==
+                   PERSEUS_ERROR_INVALID_ARGUMENT,
                "a shape whose product is not the count refused");
+        args.size = (uint32_t)sizeof args - 8;
+        args.ndims = 3;
+        expect(perseus_comm_allreduce_submit(evens, &args, "comm.submit.bad", &req) ==
+                   PERSEUS_ERROR_INVALID_ARGUMENT,
+               "a struct of another size refused");
+        expect(strstr(perseus_last_error(), "args->size is") != NULL,
+               "that refusal names the size");
+        expect(perseus_comm_allreduce_submit(evens, NULL, "comm.submit.bad", &req) ==
+                   PERSEUS_ERROR_INVALID_ARGUMENT,
+               "args NULL refused");
         /* The refused calls left no shape behind: the next call without one is not checked
          * against a stale shape (the other members give none either). */
         check(perseus_comm_allreduce_async(evens, v, v, 6, PERSEUS_FLOAT32, PERSEUS_SUM, 1.0, 1.0,
-                                           "comm.shaped.after", PERSEUS_DEVICE_CPU, NULL, &req),
-              "perseus_comm_allreduce_async after refused shaped calls");
+                                           "comm.submit.after", PERSEUS_DEVICE_CPU, NULL, &req),
+              "perseus_comm_allreduce_async after refused submissions");
         check(perseus_wait_release(req), "perseus_wait_release (after)");
         expect(perseus_wait_release(NULL) == PERSEUS_ERROR_INVALID_ARGUMENT,
                "perseus_wait_release(NULL) refused");

@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import os
 import re
+import struct
 import sys
 import threading
 
@@ -232,10 +233,7 @@ def _declare(lib):
         "perseus_comm_allreduce_async": ([c_void, c_void, c_void, c_size, c_int, c_int,
                                           c_double, c_double, c_char, c_int, c_void, req_pp],
                                          c_int),
-        "perseus_comm_allreduce_shaped_async": ([c_void, c_void, c_void, c_size, c_int, c_int,
-                                                 c_double, c_double, c_char, c_int,
-                                                 ctypes.POINTER(ctypes.c_int64), c_int, c_void,
-                                                 req_pp], c_int),
+        "perseus_comm_allreduce_submit": ([c_void, c_char, c_char, req_pp], c_int),
         "perseus_comm_allreduce": ([c_void, c_void, c_void, c_size, c_int, c_int, c_double,
                                     c_double, c_char, c_int, c_void], c_int),
         "perseus_comm_broadcast_async": ([c_void, c_void, c_size, c_int, c_int, c_char, c_int,
@@ -661,27 +659,64 @@ def _refuse_taken_name(key, what):
 
 
 # ctypes array types of shapes, by number of dimensions (made once: a type is costly to make),
-# and the arrays of the shapes seen last (a training loop submits the same few shapes on every
-# step; libperseus only reads them). Emptied when it grows past _SHAPES_KEPT.
+# and (array, its address, dimensions) of the shapes seen last (a training loop submits the same
+# few shapes on every step; libperseus only reads them). Emptied when it grows past
+# _SHAPES_KEPT; a caller holds the entry while libperseus reads the array.
 _SHAPE_TYPES = {}
 _SHAPES = {}
 _SHAPES_KEPT = 4096
 
 
-def _shape_array(shape):
+def _shape_entry(shape):
     if not isinstance(shape, tuple):  # torch.Size and numpy's shapes are tuples
         shape = tuple(shape)
-    array = _SHAPES.get(shape)
-    if array is not None:
-        return array
+    entry = _SHAPES.get(shape)
+    if entry is not None:
+        return entry
     n = len(shape)
     kind = _SHAPE_TYPES.get(n)
     if kind is None:
         kind = _SHAPE_TYPES[n] = ctypes.c_int64 * max(n, 1)
     if len(_SHAPES) >= _SHAPES_KEPT:
         _SHAPES.clear()
-    array = _SHAPES[shape] = kind(*shape)
-    return array
+    array = kind(*shape)
+    entry = _SHAPES[shape] = (array, ctypes.addressof(array), n)
+    return entry
+
+
+def _shape_array(shape):
+    return _shape_entry(shape)[0]
+
+
+_NO_SHAPE = (None, 0, -1)  # a _shape_entry for "no shape" (perseus_allreduce_args_t's ndims -1)
+
+
+class _AllreduceArgs(ctypes.Structure):
+    """perseus_allreduce_args_t (perseus.h), to check _ALLREDUCE_ARGS's layout against."""
+    _fields_ = [("size", ctypes.c_uint32), ("dtype", ctypes.c_int32), ("op", ctypes.c_int32),
+                ("device", ctypes.c_int32), ("send", ctypes.c_void_p), ("recv", ctypes.c_void_p),
+                ("count", ctypes.c_size_t), ("prescale", ctypes.c_double),
+                ("postscale", ctypes.c_double), ("stream", ctypes.c_void_p),
+                ("dims", ctypes.c_void_p), ("ndims", ctypes.c_int32)]
+
+
+# perseus_allreduce_args_t packed in one step (bytes, which ctypes hands to C as a pointer):
+# perseus_comm_allreduce_submit's four arguments convert in about a third of the time of the
+# fourteen of a call that takes them one by one. "0P" pads the end as C does.
+_ALLREDUCE_ARGS = struct.Struct("@IiiiPPNddPPi0P")
+_pack_allreduce = _ALLREDUCE_ARGS.pack
+_ALLREDUCE_ARGS_SIZE = ctypes.sizeof(_AllreduceArgs)
+
+
+def _check_allreduce_args():
+    values = (_ALLREDUCE_ARGS_SIZE, 2, 3, -4, 5, 6, 7, 8.5, 9.5, 10, 11, -12)
+    packed = _pack_allreduce(*values)
+    mirror = _AllreduceArgs.from_buffer_copy(packed)
+    got = tuple(getattr(mirror, name) for name, _ in _AllreduceArgs._fields_)
+    assert len(packed) == _ALLREDUCE_ARGS_SIZE and got == values, (len(packed), got)
+
+
+_check_allreduce_args()
 
 
 def _submit(fn, what, keep, *args, shape=None, key=None):
@@ -779,14 +814,12 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
     if _orphans:
         _release_finished_orphans()
     handle = ctypes.c_void_p()
-    if shape is None:
-        rc = _lib.perseus_comm_allreduce_async(comm, send, recv, count, dtype, op,
-                                               float(prescale), float(postscale), encoded,
-                                               device, stream, ctypes.byref(handle))
-    else:  # the shape in the same call (perseus_next_shape's work)
-        rc = _lib.perseus_comm_allreduce_shaped_async(
-            comm, send, recv, count, dtype, op, float(prescale), float(postscale), encoded,
-            len(shape), _shape_array(shape), device, stream, ctypes.byref(handle))
+    # The shape in the same call (perseus_next_shape's work); held while libperseus reads it.
+    dims = _SHAPES.get(shape) or _shape_entry(shape) if shape is not None else _NO_SHAPE
+    rc = _lib.perseus_comm_allreduce_submit(
+        comm, _pack_allreduce(_ALLREDUCE_ARGS_SIZE, dtype, op, device, send, recv, count,
+                              prescale, postscale, stream or 0, dims[1], dims[2]),
+        encoded, ctypes.byref(handle))
     if rc < 0:
         raise error(rc, what)
     return kind(handle.value, what, keep, key, output)
