@@ -597,6 +597,8 @@ class Request:
         return self._output
 
     def __del__(self):
+        if self._handle is None and self._key is None:
+            return  # synchronized (or released): nothing left to free
         try:
             if self._handle is not None and _lib is not None and self._result is None:
                 # Dropped before anyone waited for it (an async call whose handle was never
