@@ -817,7 +817,13 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
         _release_finished_orphans()
     handle = ctypes.c_void_p()
     # The shape in the same call (perseus_next_shape's work); held while libperseus reads it.
-    dims = _SHAPES.get(shape) or _shape_entry(shape) if shape is not None else _NO_SHAPE
+    if shape is None:
+        dims = _NO_SHAPE
+    else:
+        try:
+            dims = _SHAPES[shape]
+        except (KeyError, TypeError):  # not seen lately, or not a tuple (a list)
+            dims = _shape_entry(shape)
     rc = _lib.perseus_comm_allreduce_submit(
         comm, _pack_allreduce(_ALLREDUCE_ARGS_SIZE, dtype, op, device, send, recv, count,
                               prescale, postscale, stream or 0, dims[1], dims[2]),
