@@ -514,6 +514,13 @@ def barrier(process_set=GLOBAL_PROCESS_SET):
 
 # ---- requests ------------------------------------------------------------------------------
 
+def _wait_failure(result, what, detail):
+    """The error a failed operation raises when it is waited for (result: its code)."""
+    name = ERROR_NAMES.get(result, str(result))
+    kind = HorovodInternalError if result == ERROR_COMMUNICATION else PerseusError
+    return kind("%s failed (%s): %s" % (what, name, detail), result, detail)
+
+
 class Request:
     """One asynchronous operation. poll() -> bool, wait() raises PerseusError on failure,
     counts()/copy_output() for allgatherv and alltoall. Released by release() or when
@@ -553,10 +560,7 @@ class Request:
             if self._key is not None:
                 self._key = _free_name(self._key)
         if self._result < 0:
-            name = ERROR_NAMES.get(self._result, str(self._result))
-            kind = HorovodInternalError if self._result == ERROR_COMMUNICATION else PerseusError
-            raise kind("%s failed (%s): %s" % (self.what, name, self._detail), self._result,
-                       self._detail)
+            raise _wait_failure(self._result, self.what, self._detail)
 
     def counts(self, n):
         out = (ctypes.c_size_t * n)()
@@ -610,6 +614,68 @@ class Request:
                 self._handle, self._keep, self._key = None, (), None
                 return
             self.release()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class RequestGroup:
+    """The requests of one allreduce_many_async, which a grouped all-reduce's handle waits for
+    and releases together (its result, the outputs, needs nothing from them one by one): a
+    list of handles instead of a Request a tensor. poll() and synchronize() as a Request's;
+    synchronize() waits for and frees every request, then raises the first failure (named after
+    its tensor), again at every later call."""
+
+    __slots__ = ("_handles", "_whats", "_keep", "_keys", "_named", "_failure")
+
+    def __init__(self, handles, whats, keep, keys, named):
+        self._handles = handles  # the perseus_request_t of each, as ints
+        self._whats = whats
+        self._keep = keep
+        self._keys = keys  # each one's (process set, name), None for an unnamed one
+        self._named = named  # the keys that are not None
+        self._failure = None
+        _taken.update(named)
+
+    def poll(self):
+        handles = self._handles
+        if handles is None:
+            return True
+        poll = lib().perseus_poll
+        for handle, what in zip(handles, self._whats):
+            rc = poll(handle)
+            if rc < 0:
+                raise error(rc, "perseus_poll on %s" % what)
+            if rc == 0:
+                return False
+        return True
+
+    def synchronize(self):
+        handles = self._handles
+        if handles is not None:
+            self._handles = None
+            wait_release = _lib.perseus_wait_release  # loaded: it made these requests
+            failure = None
+            for i, handle in enumerate(handles):
+                rc = wait_release(handle)
+                if rc < 0 and failure is None:
+                    failure = _wait_failure(rc, self._whats[i], last_error())
+            _taken.difference_update(self._named)
+            self._keep, self._keys, self._named, self._failure = (), (), (), failure
+        if self._failure is not None:
+            raise self._failure
+
+    def __del__(self):
+        handles = self._handles
+        if handles is None:
+            return
+        try:
+            if _lib is not None:
+                # Dropped before anyone waited for them (see Request.__del__): each released,
+                # and its name freed, once done.
+                with _orphans_lock:
+                    _orphans.extend((handle, self._keep, key)
+                                    for handle, key in zip(handles, self._keys))
+            self._handles = None
         except Exception:  # interpreter shutdown
             pass
 
@@ -851,11 +917,12 @@ def allreduce_many_async(sends, recvs, counts, dtypes, op, prescale, postscale, 
                          whats, keeps, device=DEVICE_CPU, stream=None,
                          process_set=GLOBAL_PROCESS_SET):
     """n all-reduces in one library call (perseus_comm_allreduce_many_async): the same requests,
-    names and checks as n allreduce_async calls, a Request each, in order. sends, recvs: buffer
-    addresses; names: str or None each; shapes: each tensor's full shape; whats, keeps: each
-    Request's. A name already in flight here, or twice in the list, is refused before anything
-    is submitted. On a failure in tensor i the tensors before it were submitted: their Requests
-    are dropped unwaited (released once done, see Request.__del__) and the error raised."""
+    names and checks as n allreduce_async calls, in order, as one RequestGroup. sends, recvs:
+    buffer addresses; names: str or None each; shapes: each tensor's full shape; whats: what
+    each one's errors call it; keeps: what must outlive them. A name already in flight here, or
+    twice in the list, is refused before anything is submitted. On a failure in tensor i the
+    tensors before it were submitted: they are dropped unwaited (released once done, see
+    Request.__del__) and the error raised."""
     n = len(sends)
     number = int(process_set)
     encoded = [_name(name) for name in names]
@@ -886,15 +953,14 @@ def allreduce_many_async(sends, recvs, counts, dtypes, op, prescale, postscale, 
         float(prescale), float(postscale), (ctypes.c_char_p * n)(*encoded),
         _c_array(ctypes.c_int, "i", ndims), _c_array(ctypes.c_int64, "q", dims or [0]), device,
         stream, handles)
-    requests = []
-    for i, handle in enumerate(handles):
-        if not handle:
-            break
-        requests.append(Request(handle, whats[i], keeps[i], keys[i]))
     if rc < 0:
-        del requests  # submitted before the failure: released once the other ranks finish them
+        submitted = handles[:]
+        submitted = submitted[:submitted.index(None)] if None in submitted else submitted
+        # Those submitted before the failure: released once the other ranks finish them.
+        RequestGroup(submitted, whats, keeps, keys[:len(submitted)],
+                     [key for key in keys[:len(submitted)] if key is not None])
         raise error(rc, "grouped allreduce of %d tensors" % n)
-    return requests
+    return RequestGroup(handles[:], whats, keeps, keys, named)
 
 
 def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, stream=None,

@@ -454,9 +454,9 @@ def _grouped_host(tensors, outputs, name, op, prescale_factor, postscale_factor,
         codes.append(code)
         shapes.append(tensor.shape)
         keeps.append(keep)
-    requests = _native.allreduce_many_async(sends, recvs, counts, codes, _OPS[op], pre, post,
-                                            names, shapes, whats, keeps, process_set=set_id)
-    return Handle(requests, None, list(outputs))
+    group = _native.allreduce_many_async(sends, recvs, counts, codes, _OPS[op], pre, post,
+                                         names, shapes, whats, keeps, process_set=set_id)
+    return Handle((group,), None, list(outputs))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
