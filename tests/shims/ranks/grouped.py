@@ -3,7 +3,8 @@
 dtype, odd shapes (3-D and empty among them), every op, scale factors, in place and not, named
 and unnamed, in a process set; one rank on the one-call-a-tensor path (its NaN check on) while
 the others take the one-call path; and the misuse a group can carry: a name in flight twice, a
-shape or dtype that differs on one rank, a tensor that is not contiguous.
+shape or dtype that differs on one rank (raised again at a second synchronize), a tensor that
+is not contiguous, a group dropped unsynchronized (its names free once it has ended).
 
     perseusrun -np N python grouped.py
 """
@@ -135,6 +136,9 @@ def main():
         for i in range(len(SHAPES)):
             if i != 2:
                 same(check, inplace[i], want[i], "in place, tensor %d beside the failure" % i)
+        check(hvd.poll(handle), "a failed group polls done")
+        check.raises(hvd.PerseusError, lambda: hvd.synchronize(handle),
+                     "the same failure at a second synchronize", ["skewed.2", "[3, 5]"])
         again = [t.clone() for t in tensors]
         hvd.synchronize(hvd.grouped_allreduce_async_(again, name="skewed", op=hvd.Sum))
         for i in range(len(SHAPES)):
@@ -144,6 +148,15 @@ def main():
             typed[1] = typed[1].double()
         check.raises(hvd.PerseusError, lambda: hvd.grouped_allreduce(typed, name="typed"),
                      "a dtype that differs on rank %d" % (n - 1), ["float32", "float64"])
+    # A group dropped before it is synchronized: its requests are released, and its names freed,
+    # once done (at a later submission), so the same names serve the next group.
+    dropped = hvd.grouped_allreduce_async([t.clone() for t in tensors], name="dropped")
+    del dropped
+    hvd.barrier()  # every rank has submitted the dropped group: it ends
+    hvd.allreduce(torch.ones(3), name="after_drop")  # a submission releases what has ended
+    got = hvd.synchronize(hvd.grouped_allreduce_async(tensors, op=hvd.Sum, name="dropped"))
+    for i in range(len(SHAPES)):
+        same(check, got[i], want[i], "the names of a dropped group reused, tensor %d" % i)
     strided = [tensors[0], torch.zeros(4, 6)[:, ::2]]
     check.raises(hvd.PerseusError, lambda: hvd.grouped_allreduce_(strided, name="strided"),
                  "a tensor that is not contiguous, in place", ["contiguous"])
