@@ -470,13 +470,14 @@ void check_shape(const Descriptor &d) {
   for (size_t i = 0; i < d.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(d.shape[i]);
   text += "]";
   if (elements != d.count) {
-    throw invalid("the shape " + text + " given by perseus_next_shape holds " +
-                  std::to_string(elements) + " elements, but the call has " +
-                  std::to_string(d.count) + ": give the tensor's own shape");
+    throw invalid("the shape " + text + " given with the call (perseus_next_shape, or the " +
+                  "dims of perseus_allreduce_args_t) holds " + std::to_string(elements) +
+                  " elements, but the call has " + std::to_string(d.count) +
+                  ": give the tensor's own shape");
   }
   const bool by_rows = traits(d.kind).shape_agrees_from == 1;
   if (by_rows && d.shape.empty()) {
-    throw invalid("the shape given by perseus_next_shape has no dimensions: " +
+    throw invalid("the shape given with the call (perseus_next_shape) has no dimensions: " +
                   std::string(name_of(d.kind)) + " concatenates along the first one");
   }
   if (d.kind == OpKind::kAlltoall) {

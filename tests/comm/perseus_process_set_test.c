@@ -211,6 +211,9 @@ static void check_communicators(int last_set) {
         expect(perseus_comm_allreduce_submit(evens, &args, "comm.submit.bad", &req) ==
                    PERSEUS_ERROR_INVALID_ARGUMENT,
                "a shape whose product is not the count refused");
+        expect(strstr(perseus_last_error(), "holds 2 elements, but the call has 6") != NULL &&
+                   strstr(perseus_last_error(), "dims of perseus_allreduce_args_t") != NULL,
+               "that refusal names where the shape came from");
         args.size = (uint32_t)sizeof args - 8;
         args.ndims = 3;
         expect(perseus_comm_allreduce_submit(evens, &args, "comm.submit.bad", &req) ==
