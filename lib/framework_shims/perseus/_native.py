@@ -953,14 +953,14 @@ def allreduce_many_async(sends, recvs, counts, dtypes, op, prescale, postscale, 
         float(prescale), float(postscale), (ctypes.c_char_p * n)(*encoded),
         _c_array(ctypes.c_int, "i", ndims), _c_array(ctypes.c_int64, "q", dims or [0]), device,
         stream, handles)
+    submitted = handles[:]  # ints; None (NULL) from the first tensor a failure left unsubmitted
     if rc < 0:
-        submitted = handles[:]
-        submitted = submitted[:submitted.index(None)] if None in submitted else submitted
-        # Those submitted before the failure: released once the other ranks finish them.
-        RequestGroup(submitted, whats, keeps, keys[:len(submitted)],
-                     [key for key in keys[:len(submitted)] if key is not None])
+        k = submitted.index(None) if None in submitted else n
+        # Those submitted before the failure, dropped unwaited: released once the other ranks
+        # finish them (RequestGroup.__del__).
+        RequestGroup(submitted[:k], whats, keeps, keys[:k], [key for key in keys[:k] if key])
         raise error(rc, "grouped allreduce of %d tensors" % n)
-    return RequestGroup(handles[:], whats, keeps, keys, named)
+    return RequestGroup(submitted, whats, keeps, keys, named)
 
 
 def broadcast_async(buf, count, dtype, root, name=None, device=DEVICE_CPU, stream=None,

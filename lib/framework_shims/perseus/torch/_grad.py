@@ -45,7 +45,7 @@ _nancheck_read = [None, False]  # the variable's last value, and what it meant: 
 # or through os.environ is seen at the next call; one set by C code's setenv is not (as for
 # every os.environ reader).
 _environ = getattr(os.environ, "_data", None)
-if isinstance(_environ, dict) and all(isinstance(k, bytes) for k in list(_environ)[:1]):
+if isinstance(_environ, dict) and isinstance(next(iter(_environ), b""), bytes):
     _getenv = _environ.get
 else:  # pragma: no cover - another platform's os.environ
     def _getenv(name):
