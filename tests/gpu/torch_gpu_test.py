@@ -204,18 +204,27 @@ def group_procset(check, dev):
                 out = hvd.allreduce(x, op=op, name="ps.ar.%s.%d" % (dtype, op), process_set=ps)
                 check.close(out, ref, "allreduce " + what, rtol=0, atol=0)
                 check(on_dev(out) and out.shape == x.shape, "allreduce %s on %s" % (what, dev))
+                # In place, the result must differ from the input (at one rank a Sum or an
+                # Average is the input itself): a postscale of 2, exact in every float dtype,
+                # so that a staged result not copied back shows.
+                post = 2.0 if dtype.is_floating_point else 1.0
+                scaled_ref = hvd.allreduce(x, op=op, postscale_factor=post,
+                                           name="ps.ref2.%s.%d" % (dtype, op))
+                check(not dtype.is_floating_point or not torch.equal(scaled_ref, x),
+                      "the in-place reference differs from the input: " + what)
                 y = x.clone()
-                check(hvd.allreduce_(y, op=op, process_set=ps) is y, "allreduce_ " + what)
-                check.close(y, ref, "allreduce_ " + what, rtol=0, atol=0)
+                check(hvd.allreduce_(y, op=op, postscale_factor=post, process_set=ps) is y,
+                      "allreduce_ " + what)
+                check.close(y, scaled_ref, "allreduce_ " + what, rtol=0, atol=0)
                 h = hvd.allreduce_async(x, op=op, name="ps.async.%s.%d" % (dtype, op),
                                         process_set=ps)
                 out = hvd.synchronize(h)
                 check.close(out, ref, "allreduce_async " + what, rtol=0, atol=0)
                 check(on_dev(out), "allreduce_async %s on %s" % (what, dev))
                 y = x.clone()
-                h = hvd.allreduce_async_(y, op=op, process_set=ps)
+                h = hvd.allreduce_async_(y, op=op, postscale_factor=post, process_set=ps)
                 check(hvd.synchronize(h) is y, "allreduce_async_ %s returns its tensor" % what)
-                check.close(y, ref, "allreduce_async_ " + what, rtol=0, atol=0)
+                check.close(y, scaled_ref, "allreduce_async_ " + what, rtol=0, atol=0)
             check.close(x, data((3, 5, 7), dtype, dev, 20), "process set %s: input unchanged"
                         % dtype, rtol=0, atol=0)
         scaled = hvd.allreduce(data((9,), torch.float32, dev, 21), op=hvd.Sum,
