@@ -402,6 +402,16 @@ PERSEUS_API int perseus_comm_allreduce_many_async(
 /* Returns once every member has called it (only members call it). */
 PERSEUS_API int perseus_comm_barrier(perseus_comm_t *comm);
 
+/* Copies n host buffers into one: srcs[i]'s bytes[i] bytes to dst, one after the other (a bucket
+ * of gradients packed for one all-reduce, and its result unpacked, in one call instead of a
+ * framework's copy per tensor: torch copies many CPU tensors one by one, about 1.5 us each).
+ * Needs no perseus_init. PERSEUS_ERROR_INVALID_ARGUMENT, with nothing copied, when n < 0, or
+ * n > 0 and srcs or bytes is NULL, or a buffer of nonzero bytes is NULL (dst among them). Host
+ * memory only; the buffers must not overlap. */
+PERSEUS_API int perseus_host_pack(void *dst, int n, const void *const *srcs, const size_t *bytes);
+/* The reverse: src's bytes, one piece after the other, into dsts[i] (bytes[i] each). */
+PERSEUS_API int perseus_host_unpack(const void *src, int n, void *const *dsts, const size_t *bytes);
+
 /* What the last failed call of this thread said: the function, the name given to it, what
  * failed with which value, and what to do. "" when none has failed. Valid until this thread's
  * next failing call. */

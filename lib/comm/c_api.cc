@@ -856,6 +856,60 @@ PERSEUS_API int perseus_comm_barrier(perseus_comm_t *comm) {
   });
 }
 
+namespace {
+
+// perseus_host_pack's and perseus_host_unpack's checks, made before anything is copied: the
+// pieces' pointers and sizes, and the one buffer's pointer (`whole`) once any piece has bytes.
+void check_pieces(const char *whole_name, const void *whole, int n, const void *const *pieces,
+                  const char *pieces_name, const size_t *bytes) {
+  using perseus::comm::Code;
+  using perseus::comm::Error;
+  if (n < 0) throw Error(Code::kInvalidArgument, "n is " + std::to_string(n) + ": give n >= 0");
+  if (n == 0) return;
+  if (!pieces) throw Error(Code::kInvalidArgument, std::string(pieces_name) + " is NULL");
+  if (!bytes) throw Error(Code::kInvalidArgument, "bytes is NULL");
+  bool any = false;
+  for (int i = 0; i < n; ++i) {
+    if (bytes[i] == 0) continue;
+    any = true;
+    if (!pieces[i]) {
+      throw Error(Code::kInvalidArgument, std::string(pieces_name) + "[" + std::to_string(i) +
+                                              "] is NULL, for " + std::to_string(bytes[i]) +
+                                              " bytes");
+    }
+  }
+  if (any && !whole) throw Error(Code::kInvalidArgument, std::string(whole_name) + " is NULL");
+}
+
+}  // namespace
+
+PERSEUS_API int perseus_host_pack(void *dst, int n, const void *const *srcs, const size_t *bytes) {
+  return perseus::comm::guarded("perseus_host_pack", nullptr, [&] {
+    check_pieces("dst", dst, n, srcs, "srcs", bytes);
+    auto *out = static_cast<unsigned char *>(dst);
+    for (int i = 0; i < n; ++i) {
+      if (bytes[i] == 0) continue;
+      std::memcpy(out, srcs[i], bytes[i]);
+      out += bytes[i];
+    }
+    return PERSEUS_SUCCESS;
+  });
+}
+
+PERSEUS_API int perseus_host_unpack(const void *src, int n, void *const *dsts,
+                                    const size_t *bytes) {
+  return perseus::comm::guarded("perseus_host_unpack", nullptr, [&] {
+    check_pieces("src", src, n, reinterpret_cast<const void *const *>(dsts), "dsts", bytes);
+    const auto *in = static_cast<const unsigned char *>(src);
+    for (int i = 0; i < n; ++i) {
+      if (bytes[i] == 0) continue;
+      std::memcpy(dsts[i], in, bytes[i]);
+      in += bytes[i];
+    }
+    return PERSEUS_SUCCESS;
+  });
+}
+
 PERSEUS_API int perseus_join(int device, int *last_rank) {
   return with_runtime("perseus_join", nullptr, [&](Runtime &r) {
     const int last = r.join(device);

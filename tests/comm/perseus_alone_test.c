@@ -2,8 +2,9 @@
  * job of one rank. Checks its place, every operation on every dtype with odd counts (each must
  * give back its input, or the scaled input), a process set of rank 0, join, and that nothing
  * listens or stays behind: no socket is opened and no thread is left after perseus_finalize.
- * Does it all twice (init, finalize, init again). Prints "ok (N checks)" and exits 0, or says
- * what differed and exits 1. C99 and Linux's /proc; only perseus.h. */
+ * Does it all twice (init, finalize, init again), after perseus_host_pack/unpack (no init).
+ * Prints "ok (N checks)" and exits 0, or says what differed and exits 1. C99 and Linux's /proc;
+ * only perseus.h. */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -231,6 +232,47 @@ static void check_process_set(void) {
          PERSEUS_FLOAT32, 5);
 }
 
+/* perseus_host_pack and perseus_host_unpack, which need no perseus_init: pieces of odd sizes
+ * (one empty, with a NULL pointer) packed in order and unpacked back; bad arguments refused
+ * with nothing copied. */
+static void check_host_pack(void) {
+  unsigned char a[3] = {1, 2, 3}, b[7] = {4, 5, 6, 7, 8, 9, 10}, c[1] = {11};
+  unsigned char whole[11], back_a[3] = {0}, back_b[7] = {0}, back_c[1] = {0};
+  const void *srcs[4] = {a, NULL, b, c};
+  void *dsts[4] = {back_a, NULL, back_b, back_c};
+  const size_t bytes[4] = {3, 0, 7, 1};
+  const size_t one_byte[1] = {1};
+  const void *null_src[1] = {NULL};
+  size_t i;
+  int ok = 1;
+  memset(whole, 0xee, sizeof whole);
+  check(perseus_host_pack(whole, 4, srcs, bytes), "perseus_host_pack");
+  for (i = 0; i < sizeof whole; ++i) ok &= whole[i] == i + 1;
+  expect(ok, "host_pack puts the pieces one after the other", PERSEUS_UINT8, sizeof whole);
+  check(perseus_host_unpack(whole, 4, dsts, bytes), "perseus_host_unpack");
+  expect(memcmp(a, back_a, 3) == 0 && memcmp(b, back_b, 7) == 0 && back_c[0] == 11,
+         "host_unpack gives each piece back", PERSEUS_UINT8, sizeof whole);
+  check(perseus_host_pack(NULL, 0, NULL, NULL), "perseus_host_pack of nothing");
+  memset(whole, 0xee, sizeof whole);
+  expect(perseus_host_pack(whole, -1, srcs, bytes) == PERSEUS_ERROR_INVALID_ARGUMENT &&
+             strstr(perseus_last_error(), "n is -1") != NULL,
+         "host_pack refuses n < 0, naming it", PERSEUS_UINT8, 0);
+  expect(perseus_host_pack(whole, 1, null_src, one_byte) == PERSEUS_ERROR_INVALID_ARGUMENT &&
+             strstr(perseus_last_error(), "srcs[0] is NULL") != NULL,
+         "host_pack refuses a NULL piece of 1 byte, naming it", PERSEUS_UINT8, 1);
+  expect(perseus_host_pack(NULL, 4, srcs, bytes) == PERSEUS_ERROR_INVALID_ARGUMENT,
+         "host_pack refuses a NULL dst", PERSEUS_UINT8, 11);
+  expect(perseus_host_pack(whole, 4, srcs, NULL) == PERSEUS_ERROR_INVALID_ARGUMENT,
+         "host_pack refuses NULL bytes", PERSEUS_UINT8, 11);
+  expect(whole[0] == 0xee && whole[10] == 0xee, "a refused host_pack copied nothing", PERSEUS_UINT8,
+         11);
+  memset(back_a, 0, sizeof back_a);
+  dsts[3] = NULL;
+  expect(perseus_host_unpack(whole, 4, dsts, bytes) == PERSEUS_ERROR_INVALID_ARGUMENT &&
+             strstr(perseus_last_error(), "dsts[3] is NULL") != NULL && back_a[0] == 0,
+         "host_unpack refuses a NULL piece late in the list before copying any", PERSEUS_UINT8, 11);
+}
+
 static void one_job(int round, int sockets_before) {
   static unsigned char in[1001 * 8], out[1001 * 8 + 1];
   size_t d, c;
@@ -263,6 +305,7 @@ int main(void) {
   const int sockets_before = count_entries("/proc/self/fd", 1);
   int round;
   int waited;
+  check_host_pack();
   for (round = 0; round < 2; ++round) {
     one_job(round, sockets_before);
     /* Allow a loaded machine up to 5 s for the threads to be gone (seen once in CI: one

@@ -125,6 +125,59 @@ print("ok")
 """
 
 
+_HOST_PACK = r"""
+import torch
+from perseus.torch import _buckets
+shapes = [(3, 5, 7), (1,), (2, 1, 9), (11, 13), (0, 4), (5,)]
+dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+          torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64]
+for dtype in dtypes:
+    params = [torch.zeros(s, dtype=dtype) for s in shapes]
+    bucket = _buckets.Bucket(params, "b")
+    g = torch.Generator().manual_seed(1)
+    grads = [(torch.randn(s, generator=g) * 50).to(dtype) for s in shapes]
+    flat = bucket.flatten(grads)
+    assert flat is bucket.buffer and flat.dtype == dtype, (dtype, flat)
+    assert torch.equal(flat, torch.cat([t.reshape(-1) for t in grads])), dtype
+    result = (torch.arange(flat.numel()) % 7).to(dtype)
+    bucket.scatter(result, grads)  # another tensor: copied into the buffer, then unpacked
+    assert torch.equal(torch.cat([t.reshape(-1) for t in grads]), result), dtype
+# What the host path refuses (torch copies instead, with the same results): a None among the
+# tensors, a non-contiguous one, another dtype, sizes that do not add up to the buffer.
+buffer = torch.zeros(12)
+ok = [torch.ones(3, 2), torch.ones(6)]
+addresses, sizes = _buckets._host_pieces(buffer, ok)
+assert list(sizes) == [24, 24] and list(addresses) == [t.data_ptr() for t in ok], (addresses, sizes)
+for bad in ([None, torch.ones(6)], [torch.ones(2, 3).t(), torch.ones(6)],
+            [torch.ones(6, dtype=torch.float64), torch.ones(6)], [torch.ones(6), torch.ones(5)]):
+    assert _buckets._host_pieces(buffer, bad) is None, bad
+params = [torch.zeros(2, 3), torch.zeros(4)]
+bucket = _buckets.Bucket(params, "b")
+grads = [torch.arange(6.).reshape(3, 2).t(), torch.arange(4.) + 10]  # the first non-contiguous
+assert torch.equal(bucket.flatten(grads), torch.tensor([0., 2, 4, 1, 3, 5, 10, 11, 12, 13]))
+bucket.scatter(torch.arange(10.) * 2, [grads[0], None])  # None: skipped, as a sparse gradient
+assert torch.equal(grads[0], (torch.arange(6.) * 2).reshape(2, 3)) and grads[1][0] == 10, grads
+from perseus import _native
+import array
+try:
+    _native.host_pack(buffer.data_ptr(), array.array("Q", [1, 2]), array.array("Q", [4]))
+except ValueError as e:
+    assert "2 addresses and 1 sizes" in str(e), e
+else:
+    raise AssertionError("mismatched lengths accepted")
+print("ok")
+"""
+
+
+def test_host_bucket_pack():
+    # A host bucket is packed and unpacked by libperseus (perseus_host_pack/unpack): every
+    # dtype, odd 3-D and empty shapes, in order; a None, non-contiguous, other-dtype or
+    # mis-sized tensor goes to torch's copies instead, with the same results.
+    proc = subprocess.run([PYTHON, "-c", _HOST_PACK], capture_output=True, text=True,
+                          timeout=120, env=clean_env())
+    assert proc.returncode == 0 and "ok" in proc.stdout, show(proc)
+
+
 def test_gradient_bucket_plan():
     # The plan is a pure function of the parameters' order, dtypes and sizes (the same on every
     # rank); a compressor that is not a cast keeps one all-reduce per parameter; a bad size is

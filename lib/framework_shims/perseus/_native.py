@@ -252,6 +252,8 @@ def _declare(lib):
                                                ctypes.POINTER(ctypes.c_int64), c_int, c_void,
                                                ctypes.POINTER(c_void)], c_int),
         "perseus_comm_barrier": ([c_void], c_int),
+        "perseus_host_pack": ([c_void, c_int, c_void, c_void], c_int),
+        "perseus_host_unpack": ([c_void, c_int, c_void, c_void], c_int),
         "perseus_serve_rendezvous": ([c_char, c_void, c_size, ctypes.POINTER(c_int), c_void],
                                      c_int),
         "perseus_init_with": ([c_int, c_int, c_int, c_int, c_int, c_int, c_char, c_int, c_void],
@@ -510,6 +512,33 @@ def barrier(process_set=GLOBAL_PROCESS_SET):
     it."""
     what = "barrier" if not process_set else "barrier of process set %d" % process_set
     check(lib().perseus_comm_barrier(_comm(process_set, what)), "perseus_comm_barrier (%s)" % what)
+
+
+def _same_length(addresses, sizes):
+    if addresses.typecode != "Q" or sizes.typecode != "Q":
+        raise InvalidArgumentError("addresses and sizes are array.array('Q'), not '%s' and '%s'"
+                                   % (addresses.typecode, sizes.typecode))
+    if len(addresses) != len(sizes):
+        raise InvalidArgumentError("%d addresses and %d sizes: give one size a buffer"
+                                   % (len(addresses), len(sizes)))
+
+
+def host_pack(dst, addresses, sizes):
+    """Copies the host buffers at `addresses` (array.array("Q")), sizes[i] bytes each
+    (array.array("Q") of as many), one after the other into the buffer at dst: one library call
+    (perseus_host_pack) instead of a framework's copy per tensor. The caller keeps the buffers
+    alive and sized as said."""
+    _same_length(addresses, sizes)
+    check(lib().perseus_host_pack(dst, len(addresses), addresses.buffer_info()[0],
+                                  sizes.buffer_info()[0]), "perseus_host_pack")
+
+
+def host_unpack(src, addresses, sizes):
+    """host_pack's reverse: the buffer at src, piece after piece, into the buffers at addresses
+    (perseus_host_unpack)."""
+    _same_length(addresses, sizes)
+    check(lib().perseus_host_unpack(src, len(addresses), addresses.buffer_info()[0],
+                                    sizes.buffer_info()[0]), "perseus_host_unpack")
 
 
 # ---- requests ------------------------------------------------------------------------------

@@ -259,8 +259,31 @@ def main():
 
     data = batches()
     ref = reference(data, sgd)
-    model, opt = distributed(data, sgd, n, me)
+    # The host bucket's gradients packed and their results unpacked by libperseus, once a step
+    # each (one bucket holds this model's gradients).
+    from perseus.torch import _buckets
+    calls = {"host_pack": 0, "host_unpack": 0}
+    real = {name: getattr(_buckets._native, name) for name in calls}
+
+    def spy(name):
+        def counted(*args):
+            calls[name] += 1
+            return real[name](*args)
+        return counted
+    for name in calls:
+        setattr(_buckets._native, name, spy(name))
+    try:
+        model, opt = distributed(data, sgd, n, me)
+    finally:
+        for name, fn in real.items():
+            setattr(_buckets._native, name, fn)
     same_params(check, model, ref, "DistributedOptimizer")
+    buckets = len(opt._buckets)
+    if "PERSEUS_GRADIENT_BUCKET_BYTES" not in os.environ:
+        check(buckets == 1, "one bucket at the default size, got %d" % buckets)
+    check(calls == {"host_pack": STEPS * buckets, "host_unpack": STEPS * buckets},
+          "each of %d host buckets packed and unpacked by libperseus each step: %s"
+          % (buckets, calls))
     check(type(opt).__name__ == "SGD" and isinstance(opt, torch.optim.SGD),
           "the wrapped optimizer is still an SGD")
 
