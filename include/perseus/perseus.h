@@ -404,7 +404,7 @@ PERSEUS_API int perseus_comm_barrier(perseus_comm_t *comm);
 
 /* Copies n host buffers into one: srcs[i]'s bytes[i] bytes to dst, one after the other (a bucket
  * of gradients packed for one all-reduce, and its result unpacked, in one call instead of a
- * framework's copy per tensor: torch copies many CPU tensors one by one, about 1.5 us each).
+ * framework's copy per tensor).
  * Needs no perseus_init. PERSEUS_ERROR_INVALID_ARGUMENT, with nothing copied, when n < 0, or
  * n > 0 and srcs or bytes is NULL, or a buffer of nonzero bytes is NULL (dst among them). Host
  * memory only; the buffers must not overlap. */

@@ -1,5 +1,6 @@
 """DistributedOptimizer, broadcast_parameters/broadcast_optimizer_state and SyncBatchNorm against
 one process doing the same on the whole batches (each rank computes that reference itself)."""
+import copy
 import os
 import sys
 
@@ -321,8 +322,11 @@ def main():
     model = make_model(100 + me)
     opt = torch.optim.Adam(model.parameters(), lr=0.5)
     if me == 0:
-        model.load_state_dict(ckpt_model.state_dict())
-        opt.load_state_dict(ckpt_opt.state_dict())
+        # A copy, as torch.load of a checkpoint file gives: torch 2.5's load_state_dict keeps
+        # the given state tensors (step, exp_avg, ...) where dtype and device match, so loading
+        # ckpt_opt's own would make this optimizer's steps advance the reference's too.
+        model.load_state_dict(copy.deepcopy(ckpt_model.state_dict()))
+        opt.load_state_dict(copy.deepcopy(ckpt_opt.state_dict()))
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     same_params(check, model, ckpt_model, "broadcast_parameters", tol=0)

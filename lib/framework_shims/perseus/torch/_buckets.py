@@ -14,10 +14,10 @@ per gradient every step (on the GPU machine's torch 2.11, for the 200 gradients 
 bench/submission_path.py: 40 us a direction instead of 120 us packing and 400 us unpacking).
 The buffer costs one copy of the bucket's gradients, as DDP's buckets do.
 
-On the CPU torch copies a list of tensors one by one (about 1.5 us a tensor, 0.3 ms a direction
-for those 200 gradients on the GPU machine's host, whatever the torch version): a host bucket is
-packed and unpacked by libperseus instead (perseus_host_pack, one call of memcpy's), its
-gradients' addresses and sizes taken anew every step."""
+A host bucket is packed and its result unpacked by libperseus instead (perseus_host_pack, one
+call of memcpy's each way), its gradients' addresses and sizes read anew every step: for those
+200 gradients on a 2-core VM 85 us a direction against torch 1.13's cat and 200 copy_ (113 and
+142 us), 56 us against torch 2.5's _foreach_copy_ on the CPU (67 us)."""
 import array
 import operator
 
