@@ -928,6 +928,51 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
     return kind(handle.value, what, keep, key, output)
 
 
+# The UTF-8 bytes of the names seen lately (a training loop all-reduces the same names every
+# step): a lookup instead of an encoding. Emptied when it grows past _SHAPES_KEPT.
+_ENCODED = {}
+
+
+def _encoded(name):
+    encoded = name.encode("utf-8") if isinstance(name, str) else bytes(name)
+    if isinstance(name, str):
+        if len(_ENCODED) >= _SHAPES_KEPT:
+            _ENCODED.clear()
+        _ENCODED[name] = encoded
+    return encoded
+
+
+def allreduce_host_async(address, count, dtype, op, name, what, keep, shape, kind):
+    """allreduce_async in place on host memory (address), in the global set, unscaled: what a
+    loop of a framework's async all-reduces submits, with the arguments that are always the same
+    left out. keep: what must outlive the request, and what its synchronize() returns."""
+    if name is None:
+        encoded = key = None
+    else:
+        try:
+            encoded = _ENCODED[name]
+        except (KeyError, TypeError):  # not seen lately, or not a str
+            encoded = _encoded(name)
+        key = (GLOBAL_PROCESS_SET, encoded)
+        if key in _taken:
+            _refuse_taken_name(key, what)
+    comm = _comms.get(GLOBAL_PROCESS_SET) or _comm(GLOBAL_PROCESS_SET, what)
+    if _orphans:
+        _release_finished_orphans()
+    handle = ctypes.c_void_p()
+    try:
+        dims = _SHAPES[shape]
+    except (KeyError, TypeError):
+        dims = _shape_entry(shape)
+    rc = _lib.perseus_comm_allreduce_submit(
+        comm, _pack_allreduce(_ALLREDUCE_ARGS_SIZE, dtype, op, DEVICE_CPU, address, address, count,
+                              1.0, 1.0, 0, dims[1], dims[2]),
+        encoded, ctypes.byref(handle))
+    if rc < 0:
+        raise error(rc, what)
+    return kind(handle.value, what, keep, key, keep)
+
+
 def allreduce(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,
               device=DEVICE_CPU, stream=None, what="allreduce", process_set=GLOBAL_PROCESS_SET,
               shape=None):

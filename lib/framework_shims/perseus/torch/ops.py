@@ -14,6 +14,8 @@ from perseus._reduction_ops import LIBRARY_OPS as _OPS
 from perseus.torch import _grad, _tensors
 from perseus.torch.compression import Compression
 
+_CODES, _nancheck = _tensors.CODES, _grad.nancheck
+
 _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
              Product: "Product"}
 
@@ -354,6 +356,18 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
+    # The common call first (a loop of them is Horovod's way to all-reduce many tensors): a
+    # contiguous host tensor of a dtype libperseus takes, the global set, an op given, no
+    # scaling, no NaN check. _allreduce_async's fast path with its checks in one place and two
+    # calls fewer; anything else takes the general path, which raises what is wrong.
+    if (process_set is global_process_set and average is None and tensor.is_cpu
+            and prescale_factor == 1.0 and postscale_factor == 1.0):
+        op_code = _OPS.get(op)
+        code = _CODES.get(tensor.dtype)
+        if op_code is not None and code is not None and tensor.is_contiguous() and not _nancheck():
+            return _native.allreduce_host_async(tensor.data_ptr(), tensor.numel(), code, op_code,
+                                                name, _What("allreduce", name, tensor), tensor,
+                                                tensor.shape, _Single)
     set_id, op = _set_and_op(process_set, op, average)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, None,
                             None, set_id)
