@@ -892,6 +892,20 @@ def _comm(process_set, what):
     return out.value
 
 
+# The UTF-8 bytes of the names seen lately (a training loop all-reduces the same names every
+# step): a lookup instead of an encoding. Emptied when it grows past _SHAPES_KEPT.
+_ENCODED = {}
+
+
+def _encoded(name):
+    encoded = name.encode("utf-8") if isinstance(name, str) else bytes(name)
+    if isinstance(name, str):
+        if len(_ENCODED) >= _SHAPES_KEPT:
+            _ENCODED.clear()
+        _ENCODED[name] = encoded
+    return encoded
+
+
 def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,
                     device=DEVICE_CPU, stream=None, what="allreduce", keep=(),
                     process_set=GLOBAL_PROCESS_SET, shape=None, output=None, kind=Request):
@@ -903,7 +917,10 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
     if name is None:
         encoded = key = None
     else:
-        encoded = name.encode("utf-8") if isinstance(name, str) else bytes(name)
+        try:
+            encoded = _ENCODED[name]
+        except (KeyError, TypeError):  # not seen lately, or not a str
+            encoded = _encoded(name)
         key = (int(process_set), encoded)
         if key in _taken:
             _refuse_taken_name(key, what)
@@ -926,20 +943,6 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
     if rc < 0:
         raise error(rc, what)
     return kind(handle.value, what, keep, key, output)
-
-
-# The UTF-8 bytes of the names seen lately (a training loop all-reduces the same names every
-# step): a lookup instead of an encoding. Emptied when it grows past _SHAPES_KEPT.
-_ENCODED = {}
-
-
-def _encoded(name):
-    encoded = name.encode("utf-8") if isinstance(name, str) else bytes(name)
-    if isinstance(name, str):
-        if len(_ENCODED) >= _SHAPES_KEPT:
-            _ENCODED.clear()
-        _ENCODED[name] = encoded
-    return encoded
 
 
 def allreduce_host_async(address, count, dtype, op, name, what, keep, shape, kind):
