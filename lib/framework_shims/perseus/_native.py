@@ -339,9 +339,27 @@ def check(code, what):
 
 
 def _name(name):
+    """A name's UTF-8 bytes (None for none): the recent str names' kept in _ENCODED (a training
+    loop all-reduces the same names every step; the hot paths look there first themselves)."""
     if name is None:
         return None
-    return name.encode("utf-8") if isinstance(name, str) else bytes(name)
+    try:
+        return _ENCODED[name]
+    except (KeyError, TypeError):  # not seen lately, or not a str
+        pass
+    if not isinstance(name, str):
+        return bytes(name)
+    encoded = name.encode("utf-8")
+    if len(_ENCODED) >= _NAMES_KEPT:
+        _ENCODED.clear()
+    _ENCODED[name] = encoded
+    return encoded
+
+
+# The UTF-8 bytes of the str names seen lately: a lookup instead of an encoding. Emptied when it
+# grows past _NAMES_KEPT.
+_ENCODED = {}
+_NAMES_KEPT = 4096
 
 
 # ---- the process --------------------------------------------------------------------------
@@ -514,7 +532,7 @@ def barrier(process_set=GLOBAL_PROCESS_SET):
     check(lib().perseus_comm_barrier(_comm(process_set, what)), "perseus_comm_barrier (%s)" % what)
 
 
-def _same_length(addresses, sizes):
+def _check_piece_arrays(addresses, sizes):
     if addresses.typecode != "Q" or sizes.typecode != "Q":
         raise InvalidArgumentError("addresses and sizes are array.array('Q'), not '%s' and '%s'"
                                    % (addresses.typecode, sizes.typecode))
@@ -528,7 +546,7 @@ def host_pack(dst, addresses, sizes):
     (array.array("Q") of as many), one after the other into the buffer at dst: one library call
     (perseus_host_pack) instead of a framework's copy per tensor. The caller keeps the buffers
     alive and sized as said."""
-    _same_length(addresses, sizes)
+    _check_piece_arrays(addresses, sizes)
     check(lib().perseus_host_pack(dst, len(addresses), addresses.buffer_info()[0],
                                   sizes.buffer_info()[0]), "perseus_host_pack")
 
@@ -536,7 +554,7 @@ def host_pack(dst, addresses, sizes):
 def host_unpack(src, addresses, sizes):
     """host_pack's reverse: the buffer at src, piece after piece, into the buffers at addresses
     (perseus_host_unpack)."""
-    _same_length(addresses, sizes)
+    _check_piece_arrays(addresses, sizes)
     check(lib().perseus_host_unpack(src, len(addresses), addresses.buffer_info()[0],
                                     sizes.buffer_info()[0]), "perseus_host_unpack")
 
@@ -892,20 +910,6 @@ def _comm(process_set, what):
     return out.value
 
 
-# The UTF-8 bytes of the names seen lately (a training loop all-reduces the same names every
-# step): a lookup instead of an encoding. Emptied when it grows past _SHAPES_KEPT.
-_ENCODED = {}
-
-
-def _encoded(name):
-    encoded = name.encode("utf-8") if isinstance(name, str) else bytes(name)
-    if isinstance(name, str):
-        if len(_ENCODED) >= _SHAPES_KEPT:
-            _ENCODED.clear()
-        _ENCODED[name] = encoded
-    return encoded
-
-
 def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,
                     device=DEVICE_CPU, stream=None, what="allreduce", keep=(),
                     process_set=GLOBAL_PROCESS_SET, shape=None, output=None, kind=Request):
@@ -920,7 +924,7 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
         try:
             encoded = _ENCODED[name]
         except (KeyError, TypeError):  # not seen lately, or not a str
-            encoded = _encoded(name)
+            encoded = _name(name)
         key = (int(process_set), encoded)
         if key in _taken:
             _refuse_taken_name(key, what)
@@ -943,37 +947,6 @@ def allreduce_async(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, n
     if rc < 0:
         raise error(rc, what)
     return kind(handle.value, what, keep, key, output)
-
-
-def allreduce_host_async(address, count, dtype, op, name, what, keep, shape, kind):
-    """allreduce_async in place on host memory (address), in the global set, unscaled: what a
-    loop of a framework's async all-reduces submits, with the arguments that are always the same
-    left out. keep: what must outlive the request, and what its synchronize() returns."""
-    if name is None:
-        encoded = key = None
-    else:
-        try:
-            encoded = _ENCODED[name]
-        except (KeyError, TypeError):  # not seen lately, or not a str
-            encoded = _encoded(name)
-        key = (GLOBAL_PROCESS_SET, encoded)
-        if key in _taken:
-            _refuse_taken_name(key, what)
-    comm = _comms.get(GLOBAL_PROCESS_SET) or _comm(GLOBAL_PROCESS_SET, what)
-    if _orphans:
-        _release_finished_orphans()
-    handle = ctypes.c_void_p()
-    try:
-        dims = _SHAPES[shape]
-    except (KeyError, TypeError):
-        dims = _shape_entry(shape)
-    rc = _lib.perseus_comm_allreduce_submit(
-        comm, _pack_allreduce(_ALLREDUCE_ARGS_SIZE, dtype, op, DEVICE_CPU, address, address, count,
-                              1.0, 1.0, 0, dims[1], dims[2]),
-        encoded, ctypes.byref(handle))
-    if rc < 0:
-        raise error(rc, what)
-    return kind(handle.value, what, keep, key, keep)
 
 
 def allreduce(send, recv, count, dtype, op, prescale=1.0, postscale=1.0, name=None,

@@ -358,16 +358,19 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      postscale_factor=1.0, process_set=global_process_set):
     # The common call first (a loop of them is Horovod's way to all-reduce many tensors): a
     # contiguous host tensor of a dtype libperseus takes, the global set, an op given, no
-    # scaling, no NaN check. _allreduce_async's fast path with its checks in one place and two
-    # calls fewer; anything else takes the general path, which raises what is wrong.
+    # scaling, no NaN check: _allreduce_async's checks in one place, without its frame and
+    # _set_and_op's; anything else takes the general path, which raises what is wrong.
     if (process_set is global_process_set and average is None and tensor.is_cpu
             and prescale_factor == 1.0 and postscale_factor == 1.0):
         op_code = _OPS.get(op)
         code = _CODES.get(tensor.dtype)
         if op_code is not None and code is not None and tensor.is_contiguous() and not _nancheck():
-            return _native.allreduce_host_async(tensor.data_ptr(), tensor.numel(), code, op_code,
-                                                name, _What("allreduce", name, tensor), tensor,
-                                                tensor.shape, _Single)
+            src = tensor.data_ptr()
+            return _native.allreduce_async(src, src, tensor.numel(), code, op_code, 1.0, 1.0,
+                                           name, _native.DEVICE_CPU, None,
+                                           _What("allreduce", name, tensor), tensor,
+                                           _native.GLOBAL_PROCESS_SET, tensor.shape, tensor,
+                                           _Single)
     set_id, op = _set_and_op(process_set, op, average)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, None,
                             None, set_id)
