@@ -4,6 +4,7 @@ small all-reduces cost through the shim, against the same work without communica
 
     python3 bench/submission_path.py [--ranks 1,2] [--repeats 5] [--json FILE]
                                      [--horovod PYTHON] [--fp16] [--device cuda] [--no-small]
+    python3 bench/submission_path.py --interleave BLOCKS [--steps 20] [--ranks 4] [--repeats 5]
 
 Two measurements, each run as its own `perseusrun -np N` job, runs alternating:
 - step: ms per training step of a model of 100 Linear(32, 32) layers (200 parameter tensors),
@@ -12,7 +13,8 @@ Two measurements, each run as its own `perseusrun -np N` job, runs alternating:
 - small: 1000 tensors of 4 KB (1024 float32) all-reduced through perseus.torch.horovod as
   1000 allreduce_async_ then synchronize, 1000 blocking allreduce_, one grouped_allreduce_,
   and 1000 blocking calls on one tensor (the per-call latency); 5 timed rounds each, the
-  median kept. The names are made once, before the rounds, as the C benchmark makes its own. Alternating with them, the same through libperseus's C API
+  median kept. The names are made once, before the rounds, as the C benchmark makes its own.
+  Alternating with them, the same through libperseus's C API
   (build/bench/cpu_allreduce_perseus): 1000 blocking perseus_allreduce calls of 4 KB, and the
   1000 tensors submitted with perseus_allreduce_async then waited for ("C fused", the figure
   the Python async path is held to, within 2x).
@@ -23,6 +25,13 @@ it) adds real Horovod in the same runs: the step with horovod.torch's Distribute
 the small case through horovod.torch, each started by `horovodrun --gloo`, alternating with the
 others. The table gives medians over the repeats, the spread (min-max), and the step's ratio
 against none.
+--interleave BLOCKS runs only the step, both kinds inside each job: BLOCKS blocks of --steps
+steps with the plain optimizer and with DistributedOptimizer alternating (two models of the same
+shape), for hosts whose speed changes between runs more than the step does (on the GPU
+machine's host one thread's forward pass took 0.79 ms in one 1.5-second window and 1.16-1.22
+ms in the windows before and after it). It gives rank
+0's figures and the slowest rank's (the time of a job without communication is its slowest
+rank's), ratios taken block by block.
 """
 import argparse
 import json
@@ -78,6 +87,64 @@ def worker_step(comm, steps, warmup, device="cpu"):
     took = (time.perf_counter() - start) / steps * 1000
     if hvd.rank() == 0:
         print("RESULT step %.3f" % took, flush=True)
+    hvd.shutdown()
+
+
+def worker_interleave(blocks, steps, device="cpu"):
+    """The step with and without communication in one job, in alternating blocks of `steps`
+    steps (which goes first alternates too), so that both see the same machine: on a host whose
+    speed changes from one second to the next, separate runs compare different machines. Two
+    models of the same shape, one with the plain optimizer, one with DistributedOptimizer; a
+    barrier before each block. Rank 0 prints, as medians over the blocks: its own ms per step
+    of each (none0, hvd0), the slowest rank's (nonemax, hvdmax: a job without communication
+    ends when its slowest rank does), and the ratios block by block."""
+    import torch
+    hvd = _hvd("perseus")
+    torch.set_num_threads(1)
+    hvd.init()
+    if device == "cuda":
+        torch.cuda.set_device(hvd.local_rank())
+    torch.manual_seed(0)
+
+    def make():
+        return torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(100)]).to(device)
+
+    plain_model, dist_model = make(), make()
+    plain = torch.optim.SGD(plain_model.parameters(), lr=0.001)
+    dist = hvd.DistributedOptimizer(torch.optim.SGD(dist_model.parameters(), lr=0.001),
+                                    named_parameters=dist_model.named_parameters())
+    hvd.broadcast_parameters(dist_model.state_dict(), root_rank=0)
+    x, y = torch.randn(16, 32, device=device), torch.randn(16, 32, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def run(model, optimizer, count):
+        for _ in range(count):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+    run(plain_model, plain, 20)
+    run(dist_model, dist, 20)
+    times = {"none": [], "hvd": []}
+    for block in range(blocks):
+        order = [("none", plain_model, plain), ("hvd", dist_model, dist)]
+        for kind, model, optimizer in (order if block % 2 == 0 else order[::-1]):
+            sync()
+            hvd.barrier()
+            start = time.perf_counter()
+            run(model, optimizer, steps)
+            sync()
+            times[kind].append((time.perf_counter() - start) / steps * 1000)
+    every = hvd.allgather(torch.tensor([times["none"] + times["hvd"]], dtype=torch.float64))
+    if hvd.rank() == 0:
+        none0, hvd0 = every[0, :blocks], every[0, blocks:]
+        nonemax, hvdmax = every[:, :blocks].max(0).values, every[:, blocks:].max(0).values
+        median = lambda t: statistics.median(t.tolist())
+        for name, value in [("none0", median(none0)), ("hvd0", median(hvd0)),
+                            ("nonemax", median(nonemax)), ("hvdmax", median(hvdmax)),
+                            ("ratio0", median(hvd0 / none0)),
+                            ("ratiomax", median(hvdmax / nonemax))]:
+            print("RESULT %s %.4f" % (name, value), flush=True)
     hvd.shutdown()
 
 
@@ -174,6 +241,39 @@ def launch_c(args, ranks):
     return found
 
 
+def interleaved(args):
+    """--interleave: each job alternates the two steps block by block (worker_interleave)."""
+    print("# %s, %d CPUs, python %s, interleaved: %d blocks of %d steps a job" % (
+        time.strftime("%Y-%m-%d %H:%M:%S"), os.cpu_count(), sys.version.split()[0],
+        args.interleave, args.steps), flush=True)
+    keys = ("none0", "hvd0", "ratio0", "nonemax", "hvdmax", "ratiomax")
+    results = {}
+    for ranks in [int(r) for r in args.ranks.split(",")]:
+        found = {key: [] for key in keys}
+        for repeat in range(args.repeats):
+            got = launch(args, ranks, ["interleave", str(args.interleave), str(args.steps),
+                                       args.device])
+            for key in keys:
+                found[key].append(got[key])
+            print("np %d job %d: " % (ranks, repeat) +
+                  " ".join("%s %.3f" % (key, got[key]) for key in keys), flush=True)
+        results[ranks] = found
+    print()
+    print("Step (%s), ms, both in each job (medians over its blocks), then medians over the "
+          "jobs (min-max):" % args.device)
+    print()
+    print("| ranks | rank 0: none | rank 0: DistributedOptimizer | ratio | slowest rank: none | "
+          "slowest rank: DistributedOptimizer | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for ranks, r in results.items():
+        print("| %d | %s |" % (ranks, " | ".join(
+            spread(r[key]) + ("x" if key.startswith("ratio") else "") for key in keys)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({str(k): v for k, v in results.items()}, f, indent=1)
+    return 0
+
+
 def spread(values):
     return "%.2f (%.2f-%.2f)" % (statistics.median(values), min(values), max(values))
 
@@ -197,15 +297,22 @@ def main():
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="where the step's model lives")
     parser.add_argument("--no-small", action="store_true", help="the step only")
+    parser.add_argument("--interleave", type=int, metavar="BLOCKS",
+                        help="instead: the step with and without communication alternating in "
+                             "BLOCKS blocks of --steps steps inside each job (--repeats jobs)")
     args = parser.parse_args()
     if args.worker is not None:
         if args.worker[0] == "step":
             return worker_step(args.worker[1], int(args.worker[2]), 20, args.worker[3])
+        if args.worker[0] == "interleave":
+            return worker_interleave(int(args.worker[1]), int(args.worker[2]), args.worker[3])
         return worker_small(args.worker[1] if len(args.worker) > 1 else "perseus")
     kinds = ["none", "hvd"] + (["hvd16"] if args.fp16 else []) + (
         ["horovod"] if args.horovod else [])
     small_kinds = ["hvd", "c"] + (["horovod"] if args.horovod else [])
 
+    if args.interleave:
+        return interleaved(args)
     results = {}
     print("# %s, %d CPUs, python %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), os.cpu_count(),
                                         sys.version.split()[0]), flush=True)

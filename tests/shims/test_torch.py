@@ -105,6 +105,9 @@ assert got == [[3, 2], [4, 1]], got
 assert [b.name for b in buckets] == ["allreduce.p3+1", "allreduce.p4+1"], buckets
 whole = _buckets.plan(params, 1 << 20, names)
 assert [[index[id(p)] for p in b.params] for b in whole] == [[6, 5, 3, 2, 0], [4, 1]], whole
+# The bucket holding the first-registered parameter (p0) is the one submitted at synchronize();
+# at 200 bytes p0 is alone, so no bucket is.
+assert [b.last for b in whole] == [True, False] and not any(b.last for b in buckets)
 for comp in (c.Compression.none, c.Compression.fp16, c.Compression.bf16,
              c.FP32ToFP16Compressor, c.FP32ToBF16Compressor):
     assert _buckets.elementwise(comp), comp

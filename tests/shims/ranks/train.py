@@ -280,6 +280,14 @@ def main():
             setattr(_buckets._native, name, fn)
     same_params(check, model, ref, "DistributedOptimizer")
     buckets = len(opt._buckets)
+    # Hooks only outside the bucket of the first-registered parameters, which synchronize()
+    # submits: none for this model at the default size (one bucket).
+    last = [p for b in opt._buckets if b.last for p in b.params]
+    check(len(opt._grad_accs) == len(opt._requires_update) - len(last),
+          "a hook for each of the %d parameters outside the last bucket, got %d"
+          % (len(opt._requires_update) - len(last), len(opt._grad_accs)))
+    if "PERSEUS_GRADIENT_BUCKET_BYTES" not in os.environ:
+        check(opt._grad_accs == [], "no hooks for a model of one bucket")
     if "PERSEUS_GRADIENT_BUCKET_BYTES" not in os.environ:
         check(buckets == 1, "one bucket at the default size, got %d" % buckets)
     check(calls == {"host_pack": STEPS * buckets, "host_unpack": STEPS * buckets},
@@ -297,6 +305,25 @@ def main():
     ref2 = reference(micro, sgd)
     model, _ = distributed(micro, sgd, n, me, backward_passes_per_step=2)
     same_params(check, model, ref2, "backward_passes_per_step=2")
+    if not opt._grad_accs:
+        # No hooks (one bucket, submitted by step()): two backward passes before a step with
+        # backward_passes_per_step=1 accumulate, as in one process. (Horovod's hooks raise
+        # there; a parameter that has a hook still does, as the next check shows.)
+        model, _ = distributed(micro, sgd, n, me)
+        same_params(check, model, ref2, "two backward passes, backward_passes_per_step=1")
+    else:
+        model = make_model()
+        opt2 = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), **sgd),
+                                        named_parameters=model.named_parameters())
+        loss_fn = nn.CrossEntropyLoss()
+        try:
+            for x, y in micro[0]:
+                loss_fn(model(shard(x, n, me)), shard(y, n, me)).backward()
+        except AssertionError as e:
+            check("backward_passes_per_step" in str(e), "the hook's error: %s" % e)
+        else:
+            check(False, "a second backward pass through hooked parameters was accepted")
+        opt2.synchronize()  # the first pass's all-reduces, in flight on every rank
 
     model, _ = distributed(data, sgd, n, me, compression=hvd.Compression.fp16)
     same_params(check, model, ref, "Compression.fp16", tol=5e-3)

@@ -32,11 +32,15 @@ _copy_many = getattr(torch, "_foreach_copy_", None)
 
 
 class Bucket:
-    __slots__ = ("params", "name", "ready", "pending", "buffer", "views")
+    __slots__ = ("params", "name", "ready", "pending", "buffer", "views", "last")
 
-    def __init__(self, params, name):
+    def __init__(self, params, name, last=False):
         self.params = params
         self.name = name
+        # Holds the first-registered parameter, whose gradient backward makes last: the
+        # optimizer gives this bucket's parameters no hooks and submits it at synchronize()
+        # (see optimizer.py).
+        self.last = last
         self.ready = 0  # how many of params have their gradient this step
         self.pending = None  # (Handle, compressor, context, [gradient or None]) once submitted,
         # () when its parameters went one by one (in the optimizer's _handles)
@@ -107,7 +111,8 @@ _dtype, _is_cpu = operator.attrgetter("dtype"), operator.attrgetter("is_cpu")
 
 def plan(params, cap, names):
     """Buckets of two or more parameters (a parameter alone, or one of more than `cap` bytes, is
-    all-reduced on its own as before); names: {parameter: all-reduce name}."""
+    all-reduced on its own as before); names: {parameter: all-reduce name}. The bucket of the
+    first-registered parameter, planned last, has `last` set."""
     closed, open_ = [], {}
     for p in reversed(params):
         key = (p.dtype, p.device)
@@ -119,7 +124,9 @@ def plan(params, cap, names):
         members.append(p)
         open_[key] = (members, used + size)
     closed.extend(members for members, _ in open_.values())
-    return [Bucket(m, "%s+%d" % (names[m[0]], len(m) - 1)) for m in closed if len(m) > 1]
+    first = params[0] if params else None
+    return [Bucket(m, "%s+%d" % (names[m[0]], len(m) - 1), m[-1] is first)
+            for m in closed if len(m) > 1]
 
 
 def elementwise(compression):
