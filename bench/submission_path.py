@@ -53,6 +53,19 @@ def _hvd(kind):
     return hvd
 
 
+def _model(torch, device):
+    """The step's model: 100 Linear(32, 32) layers, 200 parameter tensors."""
+    return torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(100)]).to(device)
+
+
+def _train(torch, model, optimizer, x, y, count):
+    """`count` training steps of `model` on the batch (x, y)."""
+    for _ in range(count):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
 def worker_step(comm, steps, warmup, device="cpu"):
     import torch
     hvd = _hvd(comm)
@@ -61,7 +74,7 @@ def worker_step(comm, steps, warmup, device="cpu"):
     if device == "cuda":
         torch.cuda.set_device(hvd.local_rank())
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(100)]).to(device)
+    model = _model(torch, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
     if comm in ("hvd", "hvd16", "horovod"):
         compression = hvd.Compression.fp16 if comm == "hvd16" else hvd.Compression.none
@@ -70,19 +83,11 @@ def worker_step(comm, steps, warmup, device="cpu"):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     x, y = torch.randn(16, 32, device=device), torch.randn(16, 32, device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-    def step():
-        optimizer.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        optimizer.step()
-
-    for _ in range(warmup):
-        step()
+    _train(torch, model, optimizer, x, y, warmup)
     sync()
     hvd.barrier()
     start = time.perf_counter()
-    for _ in range(steps):
-        step()
+    _train(torch, model, optimizer, x, y, steps)
     sync()
     took = (time.perf_counter() - start) / steps * 1000
     if hvd.rank() == 0:
@@ -105,26 +110,15 @@ def worker_interleave(blocks, steps, device="cpu"):
     if device == "cuda":
         torch.cuda.set_device(hvd.local_rank())
     torch.manual_seed(0)
-
-    def make():
-        return torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(100)]).to(device)
-
-    plain_model, dist_model = make(), make()
+    plain_model, dist_model = _model(torch, device), _model(torch, device)
     plain = torch.optim.SGD(plain_model.parameters(), lr=0.001)
     dist = hvd.DistributedOptimizer(torch.optim.SGD(dist_model.parameters(), lr=0.001),
                                     named_parameters=dist_model.named_parameters())
     hvd.broadcast_parameters(dist_model.state_dict(), root_rank=0)
     x, y = torch.randn(16, 32, device=device), torch.randn(16, 32, device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-    def run(model, optimizer, count):
-        for _ in range(count):
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-
-    run(plain_model, plain, 20)
-    run(dist_model, dist, 20)
+    _train(torch, plain_model, plain, x, y, 20)
+    _train(torch, dist_model, dist, x, y, 20)
     times = {"none": [], "hvd": []}
     for block in range(blocks):
         order = [("none", plain_model, plain), ("hvd", dist_model, dist)]
@@ -132,7 +126,7 @@ def worker_interleave(blocks, steps, device="cpu"):
             sync()
             hvd.barrier()
             start = time.perf_counter()
-            run(model, optimizer, steps)
+            _train(torch, model, optimizer, x, y, steps)
             sync()
             times[kind].append((time.perf_counter() - start) / steps * 1000)
     every = hvd.allgather(torch.tensor([times["none"] + times["hvd"]], dtype=torch.float64))

@@ -288,7 +288,6 @@ def main():
           % (len(opt._requires_update) - len(last), len(opt._grad_accs)))
     if "PERSEUS_GRADIENT_BUCKET_BYTES" not in os.environ:
         check(opt._grad_accs == [], "no hooks for a model of one bucket")
-    if "PERSEUS_GRADIENT_BUCKET_BYTES" not in os.environ:
         check(buckets == 1, "one bucket at the default size, got %d" % buckets)
     check(calls == {"host_pack": STEPS * buckets, "host_unpack": STEPS * buckets},
           "each of %d host buckets packed and unpacked by libperseus each step: %s"
